@@ -1,0 +1,106 @@
+"""Counter-based random numbers: every draw is a pure function of
+(seed, round, client, stream, index), so results never depend on how many
+processes run the clients.  All functions are vectorized over clients.
+
+The hash is a 32-bit integer mixer (the "lowbias32" finalizer) evaluated in
+int64 arithmetic with explicit masking, identical on CPU and GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_MASK = 0xFFFFFFFF
+
+# Named streams keep independent purposes apart.
+STREAMS = {
+    "batch": 1,
+    "neighbors": 2,
+    "candidates": 3,
+    "fixed": 4,
+    "samples": 5,
+    "participation": 6,
+    "hnm_candidates": 7,
+    "hnm_sample": 8,
+    "pens": 9,
+    "init": 10,
+}
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    x = x & _MASK
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _MASK
+    x = x ^ (x >> 16)
+    return x
+
+
+def _as_long(v, device) -> torch.Tensor:
+    return torch.as_tensor(v, dtype=torch.int64, device=device)
+
+
+def hash_ints(seed: int, round_: int, stream: str | int, client, index) -> torch.Tensor:
+    """32-bit hash (as int64 in [0, 2**32)) of the key, broadcast over
+    ``client`` and ``index`` tensors."""
+    s = STREAMS[stream] if isinstance(stream, str) else int(stream)
+    client = torch.as_tensor(client, dtype=torch.int64)
+    device = client.device
+    index = _as_long(index, device)
+    h = _mix(_as_long(seed, device) * 0x9E3779B1 + 0x632BE5AB)
+    h = _mix(h ^ (_as_long(round_, device) + 0x85EBCA6B))
+    h = _mix(h ^ (_as_long(s, device) * 0xC2B2AE35))
+    h = _mix(h ^ client)
+    h = _mix(h ^ (index + 0x27D4EB2F))
+    return h
+
+
+def uniform(seed: int, round_: int, stream: str | int, client, index) -> torch.Tensor:
+    """float64 uniforms in [0, 1), one per broadcast (client, index) pair."""
+    return hash_ints(seed, round_, stream, client, index).to(torch.float64) / 2.0**32
+
+
+def client_keys(seed: int, round_: int, stream: str, clients: torch.Tensor, n: int) -> torch.Tensor:
+    """[len(clients), n] uniform keys: row c is client clients[c]'s key for items 0..n-1."""
+    clients = torch.as_tensor(clients, dtype=torch.int64)
+    idx = torch.arange(n, dtype=torch.int64, device=clients.device)
+    return uniform(seed, round_, stream, clients[:, None], idx[None, :])
+
+
+def permutations(seed: int, round_: int, stream: str, clients: torch.Tensor, n: int) -> torch.Tensor:
+    """[len(clients), n] independent random permutations of range(n), one per client."""
+    return torch.argsort(client_keys(seed, round_, stream, clients, n), dim=1, stable=True)
+
+
+def batch_orders(seed: int, round_: int, clients: torch.Tensor, epochs: int, n: int) -> torch.Tensor:
+    """[epochs, len(clients), n] sample orders for local training: epoch e of
+    round r for client c is a permutation keyed on (seed, r, c, e)."""
+    clients = torch.as_tensor(clients, dtype=torch.int64)
+    out = []
+    for e in range(epochs):  # epochs, not clients: a handful of vectorized draws
+        idx = torch.arange(n, dtype=torch.int64, device=clients.device) + e * n
+        keys = uniform(seed, round_, "batch", clients[:, None], idx[None, :])
+        out.append(torch.argsort(keys, dim=1, stable=True))
+    return torch.stack(out)
+
+
+def choose_from_mask(
+    seed: int, round_: int, stream: str, clients: torch.Tensor, allowed: torch.Tensor, k: int
+) -> torch.Tensor:
+    """Draw up to k items uniformly without replacement from each row's allowed set.
+
+    ``allowed`` is a bool [C, n] mask; returns a bool [C, n] mask with
+    min(k, allowed.sum(1)) True entries per row.  Each row depends only on
+    (seed, round, stream, clients[c]) and that row of ``allowed``.
+    """
+    C, n = allowed.shape
+    keys = client_keys(seed, round_, stream, clients.to(allowed.device), n)
+    keys = torch.where(allowed, keys, torch.full_like(keys, 2.0))  # disallowed sort last
+    kk = min(k, n)
+    out = torch.zeros_like(allowed)
+    if kk == 0:
+        return out
+    top = torch.topk(keys, kk, dim=1, largest=False).indices
+    out.scatter_(1, top, True)
+    return out & allowed
