@@ -1,0 +1,5 @@
+import sys
+
+from fedclust.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Federated algorithms: peer-to-peer baselines, PANM, PENS and the centralized rivals."""

@@ -1,0 +1,9 @@
+"""Registers every built-in algorithm under its config name."""
+
+from fedclust.algorithms import baselines
+from fedclust.algorithms.registry import register
+
+register("local", baselines.make_local)
+register("random", baselines.make_random)
+register("fixtopology", baselines.make_fixtopology)
+register("oracle", baselines.make_oracle)

@@ -1,0 +1,67 @@
+"""The distributed edge: Lightning Fabric setup from the environment
+(one process, torchrun, Slurm) and the row gather used once per round."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import torch
+
+
+def world_from_env() -> tuple[int, int]:
+    """(devices per node, nodes) as the launcher set them: torchrun's
+    LOCAL_WORLD_SIZE/WORLD_SIZE, Slurm's task counts, else (1, 1)."""
+    env = os.environ
+    if "LOCAL_WORLD_SIZE" in env and "WORLD_SIZE" in env:
+        local = int(env["LOCAL_WORLD_SIZE"])
+        return local, max(1, int(env["WORLD_SIZE"]) // local)
+    if int(env.get("SLURM_NTASKS", "1")) > 1 and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        per_node = env.get("SLURM_NTASKS_PER_NODE", "")
+        m = re.match(r"(\d+)", per_node)
+        nodes = int(env.get("SLURM_NNODES", "1"))
+        local = int(m.group(1)) if m else int(env["SLURM_NTASKS"]) // nodes
+        return local, nodes
+    return 1, 1
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def make_fabric(device: str):
+    """A launched Fabric for the detected environment (gloo on CPU, NCCL on GPU)."""
+    from lightning.fabric import Fabric
+
+    devices, nodes = world_from_env()
+    accelerator = resolve_device(device)
+    strategy = "ddp" if devices * nodes > 1 else "auto"
+    fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=nodes, strategy=strategy)
+    fabric.launch()
+    return fabric
+
+
+def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:
+    """Contiguous near-equal split of n clients: rank r holds [start, stop)."""
+    base, extra = divmod(n, world)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def gather_rows(fabric, rows: torch.Tensor, n: int) -> torch.Tensor:
+    """Concatenate every rank's rows (contiguous shards) into [n, ...].
+
+    Shards may differ by one row; they are padded to equal size for the
+    collective and trimmed after."""
+    world = fabric.world_size
+    if world == 1:
+        return rows
+    longest = shard_bounds(n, world, 0)[1]
+    pad = longest - rows.shape[0]
+    if pad:
+        rows = torch.cat([rows, rows.new_zeros((pad,) + tuple(rows.shape[1:]))])
+    gathered = fabric.all_gather(rows)  # [world, longest, ...]
+    parts = [gathered[r, : shard_bounds(n, world, r)[1] - shard_bounds(n, world, r)[0]] for r in range(world)]
+    return torch.cat(parts)

@@ -1,0 +1,77 @@
+"""What is measured (SPEC §6): neighbour precision and recall, cluster
+recovery from the symmetrised neighbour graph (number of components and
+adjusted Rand index against the truth)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+
+def neighbor_precision_recall(lists: torch.Tensor, clusters: torch.Tensor, client_ids: torch.Tensor):
+    """Per-client precision and recall of bool [C, n] neighbour lists.
+
+    precision_i = |N_i ∩ same_i| / |N_i| (NaN for an empty list);
+    recall_i = |N_i ∩ same_i| / |same_i| with same_i the other members of
+    i's true cluster (NaN if i is alone in its cluster).
+    """
+    clusters = clusters.to(lists.device)
+    own = clusters[client_ids.to(lists.device)]
+    same = own[:, None] == clusters[None, :]
+    same[torch.arange(len(client_ids), device=lists.device), client_ids.to(lists.device)] = False
+    hits = (lists & same).sum(1).double()
+    size = lists.sum(1).double()
+    peers = same.sum(1).double()
+    nan = torch.full_like(hits, float("nan"))
+    precision = torch.where(size > 0, hits / size.clamp(min=1), nan)
+    recall = torch.where(peers > 0, hits / peers.clamp(min=1), nan)
+    return precision, recall
+
+
+def nanmean(x: torch.Tensor) -> float | None:
+    """Mean over the defined entries; None if none is defined."""
+    x = x[~torch.isnan(x)]
+    return float(x.mean()) if x.numel() else None
+
+
+def graph_components(adjacency: np.ndarray) -> np.ndarray:
+    """Labels of the connected components of the symmetrised graph of a
+    bool [n, n] adjacency (i ~ j if i lists j or j lists i)."""
+    adj = np.asarray(adjacency, dtype=bool)
+    sym = adj | adj.T
+    _, labels = connected_components(csr_matrix(sym), directed=False)
+    return labels
+
+
+def adjusted_rand_index(labels_true, labels_pred) -> float:
+    """Adjusted Rand index (Hubert and Arabie) from the contingency table."""
+    t = np.asarray(labels_true)
+    p = np.asarray(labels_pred)
+    n = len(t)
+    _, ti = np.unique(t, return_inverse=True)
+    _, pi = np.unique(p, return_inverse=True)
+    table = np.zeros((ti.max() + 1, pi.max() + 1), dtype=np.int64)
+    np.add.at(table, (ti, pi), 1)
+
+    def comb2(x):
+        return x * (x - 1) / 2.0
+
+    index = comb2(table).sum()
+    a = comb2(table.sum(1)).sum()
+    b = comb2(table.sum(0)).sum()
+    total = comb2(n)
+    expected = a * b / total if total else 0.0
+    maximum = (a + b) / 2.0
+    if math.isclose(maximum, expected):
+        return 1.0  # both partitions trivial and equal in form (e.g. all singletons)
+    return float((index - expected) / (maximum - expected))
+
+
+def cluster_recovery(adjacency: np.ndarray, clusters) -> dict:
+    """``num_clusters`` and ``ari`` of the neighbour graph's components."""
+    labels = graph_components(adjacency)
+    return {"num_clusters": int(labels.max() + 1), "ari": adjusted_rand_index(np.asarray(clusters), labels)}

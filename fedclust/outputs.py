@@ -1,0 +1,78 @@
+"""The run directory: resolved config.yaml, metrics.jsonl (one line per
+evaluated round, flushed as written), summary.json; optional W&B mirror."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from fedclust import config as config_mod
+from fedclust.errors import ConfigError
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json")
+
+
+def default_out(cfg) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"runs/{cfg.algorithm.name}-{cfg.data.name}-s{cfg.seed}-{stamp}"
+
+
+def check_out(path: str) -> None:
+    """Refuse to write into a directory that already holds a run."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError("out", path, "is a file; choose a directory path for the run")
+    taken = [f for f in RUN_FILES if (p / f).exists()]
+    if taken:
+        raise ConfigError("out", path, f"already holds a run ({', '.join(taken)}); choose another out=DIR "
+                          "or move the old run away (nothing is overwritten)")
+
+
+def _clean(value):
+    """JSON-safe: NaN/inf become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+class RunWriter:
+    """Writes the run directory (rank 0 only)."""
+
+    def __init__(self, cfg, out: str):
+        self.dir = Path(out)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "config.yaml").write_text(config_mod.dump(cfg))
+        self._metrics = open(self.dir / "metrics.jsonl", "a")
+        self._wandb = None
+        if cfg.wandb.enabled:
+            import wandb
+
+            self._wandb = wandb.init(
+                project=cfg.wandb.project, entity=cfg.wandb.entity or None, mode=cfg.wandb.mode,
+                group=cfg.wandb.group or None, config=config_mod.to_dict(cfg), dir=str(self.dir),
+                name=self.dir.name,
+            )
+
+    def log_round(self, record: dict) -> None:
+        record = _clean(record)
+        self._metrics.write(json.dumps(record) + "\n")
+        self._metrics.flush()
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in record.items() if not isinstance(v, list)}, step=record["round"])
+
+    def write_summary(self, summary: dict) -> None:
+        (self.dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
+        if self._wandb is not None:
+            self._wandb.summary.update({k: v for k, v in _clean(summary).items() if not isinstance(v, (list, dict))})
+
+    def close(self) -> None:
+        self._metrics.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None

@@ -1,0 +1,123 @@
+"""Local, Random, FixTopology, Oracle; gossip mixing; neighbour metrics."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedclust.algorithms.base import Context, RoundView
+from fedclust.algorithms.baselines import Local, Oracle, RandomPeers
+from fedclust.metrics import adjusted_rand_index, cluster_recovery, neighbor_precision_recall
+from fedclust.mixing import gossip, mixing_matrix
+
+
+def make_ctx(n=12, ids=None, clusters=None, seed=3):
+    ids = torch.arange(n) if ids is None else torch.as_tensor(ids)
+    clusters = torch.arange(n) // (n // 2) if clusters is None else clusters
+    return Context(n=n, client_ids=ids, clusters=clusters, seed=seed, stage1_rounds=5,
+                   w0=torch.zeros(4), device=torch.device("cpu"))
+
+
+def view(t, n=12):
+    w = torch.randn(n, 4)
+    return RoundView(round=t, before=w, after=w, all_after=w)
+
+
+def test_random_draws_k_others_and_changes_each_round():
+    ctx, algo = make_ctx(), RandomPeers(k=3)
+    state = algo.init(ctx)
+    _, m1 = algo.select(state, ctx, view(1))
+    _, m2 = algo.select(state, ctx, view(2))
+    assert (m1.sum(1) == 3).all() and not m1.diagonal().any()
+    assert not torch.equal(m1, m2)
+
+
+def test_fixtopology_keeps_its_draw():
+    ctx, algo = make_ctx(), RandomPeers(k=3, fixed=True)
+    state = algo.init(ctx)
+    _, m1 = algo.select(state, ctx, view(1))
+    _, m2 = algo.select(state, ctx, view(7))
+    assert torch.equal(m1, m2) and (m1.sum(1) == 3).all() and not m1.diagonal().any()
+
+
+def test_oracle_only_same_cluster():
+    ctx, algo = make_ctx(), Oracle(k=4)
+    state = algo.init(ctx)
+    _, m = algo.select(state, ctx, view(1))
+    cl = ctx.clusters
+    assert (m.sum(1) == 4).all()
+    assert (cl[m.nonzero()[:, 0]] == cl[m.nonzero()[:, 1]]).all()
+    p, r = neighbor_precision_recall(m, cl, ctx.client_ids)
+    assert torch.allclose(p, torch.ones(12, dtype=torch.float64))
+    assert torch.allclose(r, torch.full((12,), 4 / 5, dtype=torch.float64))
+
+
+def test_oracle_fewer_peers_than_k_takes_all():
+    ctx = make_ctx(n=6, clusters=torch.tensor([0, 0, 1, 1, 1, 1]))
+    algo = Oracle(k=4)
+    _, m = algo.select(algo.init(ctx), ctx, view(1, 6))
+    assert m[0].tolist() == [False, True, False, False, False, False]
+    assert m[2].sum() == 3
+
+
+@pytest.mark.parametrize("algo", [RandomPeers(k=3), RandomPeers(k=3, fixed=True), Oracle(k=3)])
+def test_draws_do_not_depend_on_sharding(algo):
+    """Rows computed for all clients equal rows computed for two shards."""
+    full_ctx = make_ctx()
+    _, full = algo.select(algo.init(full_ctx), full_ctx, view(4))
+    parts = []
+    for ids in (range(0, 5), range(5, 12)):
+        ctx = make_ctx(ids=list(ids))
+        parts.append(algo.select(algo.init(ctx), ctx, view(4))[1])
+    assert torch.equal(full, torch.cat(parts))
+
+
+def test_local_never_averages():
+    ctx = make_ctx()
+    _, m = Local().select(None, ctx, view(1))
+    assert not m.any()
+
+
+def test_mixing_matrix_by_hand():
+    nb = torch.tensor([[False, True, True], [False, False, False], [True, False, False]])
+    self_mask = torch.eye(3, dtype=torch.bool)
+    m = mixing_matrix(nb, self_mask)
+    expected = torch.tensor([[1 / 3, 1 / 3, 1 / 3], [0, 1, 0], [0.5, 0, 0.5]])
+    assert torch.allclose(m, expected)
+    w = torch.tensor([[3.0, 0.0], [6.0, 3.0], [0.0, 9.0]])
+    assert torch.allclose(gossip(nb, self_mask, w), torch.tensor([[3.0, 4.0], [6.0, 3.0], [1.5, 4.5]]))
+
+
+def test_gossip_for_a_shard_uses_global_columns():
+    """Rows of a shard (clients 2,3 of 4) average with global models."""
+    nb = torch.tensor([[True, False, False, False], [False, False, True, False]])
+    self_mask = torch.zeros(2, 4, dtype=torch.bool)
+    self_mask[0, 2] = self_mask[1, 3] = True
+    w = torch.arange(4.0)[:, None]
+    out = gossip(nb, self_mask, w)
+    assert out.flatten().tolist() == [1.0, 2.5]  # (2+0)/2, (3+2)/2
+
+
+def test_precision_recall_by_hand():
+    clusters = torch.tensor([0, 0, 0, 1, 1])
+    lists = torch.tensor([[False, True, False, True, False],   # 1 of 2 same: p=.5, r=.5
+                          [False, False, False, False, False]])  # empty: p=nan, r=0
+    p, r = neighbor_precision_recall(lists, clusters, torch.tensor([0, 1]))
+    assert p[0] == 0.5 and r[0] == 0.5 and torch.isnan(p[1]) and r[1] == 0
+
+
+def test_ari_against_hand_values():
+    assert adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0]) == pytest.approx(1.0)
+    # contingency [[2,1],[0,1]]... labels true 0,0,0,1 pred 0,0,1,1:
+    # index = C(2,2) + 0 + 0 + C(1,2)=1; a = C(3,2)+C(1,2)=3; b = C(2,2)+C(2,2)=2; total=6
+    # expected = 3*2/6 = 1; max = 2.5 -> ari = (1-1)/(2.5-1) = 0
+    assert adjusted_rand_index([0, 0, 0, 1], [0, 0, 1, 1]) == pytest.approx(0.0)
+    # true 0,0,1,1,1 pred 0,0,1,1,2: index=1+1=2; a=1+3=4; b=1+1+0=2; total=10; exp=.8; max=3
+    assert adjusted_rand_index([0, 0, 1, 1, 1], [0, 0, 1, 1, 2]) == pytest.approx((2 - 0.8) / (3 - 0.8))
+
+
+def test_cluster_recovery_from_directed_lists():
+    adj = np.zeros((6, 6), dtype=bool)
+    adj[0, 1] = adj[2, 1] = True   # 0-1-2 linked only through symmetrisation
+    adj[3, 4] = adj[5, 3] = True
+    rec = cluster_recovery(adj, [0, 0, 0, 1, 1, 1])
+    assert rec == {"num_clusters": 2, "ari": pytest.approx(1.0)}
