@@ -1,0 +1,205 @@
+"""Splitting a base data set over clients and the cluster transforms (SPEC §2, §3).
+
+Split: every client gets ``per_client`` images of a split, class-balanced:
+``per_client // K`` of each class, and the ``r = per_client % K`` extra
+images dealt cyclically over classes (client i's extras are classes
+``(i*r + j) mod K`` for ``j < r``).  Dealing the ``n*per_client`` images in one
+cyclic stream makes class c's demand ``ceil((n*per_client - c) / K)``.
+
+Images are drawn without replacement: each class's pool is shuffled once
+(torch.Generator seeded from the run seed) and cut into consecutive
+slices, client 0 first, so no image is on two clients.  When the pool is too
+small and sharing is allowed, each class's pool is instead shuffled once per
+"copy" and cut into equal slots; client i takes slot ``i mod slots`` of copy
+``i div slots``: images stay distinct within a client and repeat across
+clients as little as the slots allow.  The whole assignment is computed for
+all clients, so it never depends on which clients a process holds.
+
+Transforms (SPEC §2 table): rotation by exact ``torch.rot90`` on (H, W);
+label swaps by a per-cluster lookup table.  Clients sit in contiguous,
+near-equal cluster blocks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedclust.errors import DataError
+
+NUM_CLASSES = 10
+
+# quarter turns (counter-clockwise, torch.rot90 on dims (H, W)) of each cluster
+ROTATION_QUARTERS = {2: (0, 2), 4: (0, 1, 2, 3)}
+# label pairs swapped by each cluster
+LABEL_SWAPS = {2: ((0, 1), (6, 7)), 4: ((0, 1), (2, 3), (4, 5), (6, 7))}
+
+
+def cluster_of_clients(num_clients: int, num_clusters: int) -> torch.Tensor:
+    """[num_clients] int64 true cluster of each client: contiguous blocks,
+    near-equal, the first ``num_clients % num_clusters`` blocks one larger (SPEC §2)."""
+    if num_clusters < 1 or num_clients < 0:
+        raise ValueError(f"need num_clusters >= 1 and num_clients >= 0, got {num_clusters}, {num_clients}")
+    base, extra = divmod(num_clients, num_clusters)
+    sizes = base + (torch.arange(num_clusters) < extra).long()
+    return torch.repeat_interleave(torch.arange(num_clusters), sizes)
+
+
+def class_counts(num_clients: int, per_client: int, num_classes: int = NUM_CLASSES) -> torch.Tensor:
+    """[n, K] images of each class per client: ``per_client // K`` each plus one
+    on classes ``(i*r + j) mod K``, ``j < r``, for ``r = per_client % K``."""
+    base, r = divmod(per_client, num_classes)
+    i = torch.arange(num_clients)[:, None]
+    c = torch.arange(num_classes)[None, :]
+    extra = (c - i * r) % num_classes < r
+    return base + extra.long()
+
+
+def class_demand(num_clients: int, per_client: int, num_classes: int = NUM_CLASSES) -> torch.Tensor:
+    """[K] images of each class all clients need together: ``ceil((n*t - c) / K)``
+    (the n*t images dealt cyclically over classes), equal to ``class_counts(...).sum(0)``."""
+    total = num_clients * per_client
+    c = torch.arange(num_classes)
+    return torch.div(total - c + num_classes - 1, num_classes, rounding_mode="floor").clamp_min(0)
+
+
+def max_per_client(num_clients: int, have: torch.Tensor | list[int]) -> int:
+    """Largest ``per_client`` whose class demand fits the pools ``have[c]``:
+    ``ceil((n*t - c)/K) <= have_c  <=>  t <= (K*have_c + c) / n``."""
+    have = torch.as_tensor(have, dtype=torch.int64)
+    c = torch.arange(len(have))
+    return int(torch.div(len(have) * have + c, max(num_clients, 1), rounding_mode="floor").min())
+
+
+def _too_small(what: str, n: int, t: int, demand: torch.Tensor, have: torch.Tensor) -> str:
+    c = int(torch.argmax(demand - have))
+    return (
+        f"{n} clients x {t} images need {int(demand[c])} images of class {c} "
+        f"(about {n * t} in all) but the split has {int(have[c])} of that class "
+        f"({int(have.sum())} in all); set {what} <= {max_per_client(n, have)} or use fewer clients, "
+        "or set data.share_images=true to let clients share images"
+    )
+
+
+def _column_class_rank(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a client's row of ``t`` images laid out class by class: the class
+    and the rank within that class of each column, both [n, t]."""
+    t = int(counts[0].sum()) if len(counts) else 0
+    ends = counts.cumsum(1)                                    # [n, K]
+    j = torch.arange(t)
+    cls = (ends[:, None, :] <= j[None, :, None]).sum(-1)       # [n, t]
+    rank = j[None, :] - (ends - counts).gather(1, cls)
+    return cls, rank
+
+
+def _class_pools(labels: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of each class's images padded into a [K, max] table, and the counts [K]."""
+    have = torch.bincount(labels, minlength=num_classes)[:num_classes]
+    order = torch.argsort(labels, stable=True)
+    pools = torch.zeros(num_classes, max(int(have.max()), 1), dtype=torch.int64)
+    starts = have.cumsum(0) - have
+    for c in range(num_classes):  # classes, not clients
+        pools[c, : have[c]] = order[starts[c] : starts[c] + have[c]]
+    return pools, have
+
+
+def split_indices(
+    labels: torch.Tensor,
+    num_clients: int,
+    per_client: int,
+    gen: torch.Generator,
+    share: bool = False,
+    what: str = "data.train_size",
+    num_classes: int = NUM_CLASSES,
+) -> torch.Tensor:
+    """[n, per_client] indices into ``labels`` for every client (see the module
+    docstring).  Raises DataError with the numbers when the split is too
+    small and ``share`` is false; ``what`` names the config field."""
+    labels = labels.to("cpu", torch.int64)
+    n, t = num_clients, per_client
+    counts = class_counts(n, t, num_classes)                   # [n, K]
+    pools, have = _class_pools(labels, num_classes)
+    demand = counts.sum(0)
+    cls, rank = _column_class_rank(counts)
+    if bool((demand <= have).all()):
+        perms = torch.stack([_padded_perm(int(h), pools.shape[1], gen) for h in have])  # [K, max]
+        shuffled = pools.gather(1, perms)                      # [K, max]
+        offsets = counts.cumsum(0) - counts                    # [n, K] exclusive over clients
+        idx = shuffled[cls, offsets.gather(1, cls) + rank]
+    elif share:
+        need = counts.max(0).values                            # [K] most one client needs
+        if bool((need > have).any()):
+            c = int(torch.argmax(need - have))
+            raise DataError(
+                f"{what}={t}: one client needs {int(need[c])} distinct images of class {c} but the split "
+                f"has only {int(have[c])}; set {what} <= {num_classes * int(have.min())}"
+            )
+        slots = torch.div(have, need.clamp_min(1), rounding_mode="floor").clamp_min(1)   # [K]
+        copies = int(((n + slots - 1) // slots).max())
+        keys = torch.rand(num_classes, copies, pools.shape[1], generator=gen)
+        padding = torch.arange(pools.shape[1])[None, :] >= have[:, None]              # [K, max]
+        keys.masked_fill_(padding[:, None, :], 2.0)                                    # sort last
+        shuffled = pools[:, None, :].expand(-1, copies, -1).gather(2, torch.argsort(keys, dim=2))
+        i = torch.arange(n)[:, None]
+        copy = torch.div(i, slots[cls], rounding_mode="floor")
+        pos = (i % slots[cls]) * need[cls] + rank
+        idx = shuffled[cls, copy, pos]
+    else:
+        raise DataError(_too_small(what, n, t, demand, have))
+    order = torch.argsort(torch.rand(n, t, generator=gen), dim=1)   # mix classes within a client
+    return idx.gather(1, order)
+
+
+def _padded_perm(h: int, width: int, gen: torch.Generator) -> torch.Tensor:
+    """A random permutation of range(h), padded with h..width-1 to ``width``."""
+    return torch.cat([torch.randperm(h, generator=gen), torch.arange(h, width)])
+
+
+def federated_indices(
+    train_labels: torch.Tensor,
+    test_labels: torch.Tensor,
+    num_clients: int,
+    train_size: int,
+    test_size: int,
+    seed: int,
+    share: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Global (train [n, train_size], test [n, test_size]) image indices of all
+    clients, a pure function of the arguments (one generator seeded by ``seed``)."""
+    gen = torch.Generator().manual_seed(seed)
+    train = split_indices(train_labels, num_clients, train_size, gen, share, "data.train_size")
+    test = split_indices(test_labels, num_clients, test_size, gen, share, "data.test_size")
+    return train, test
+
+
+def rotate(x: torch.Tensor, clusters: torch.Tensor, num_clusters: int) -> torch.Tensor:
+    """Rotate ``x`` [C, m, ch, H, W] of clients in cluster ``clusters[C]`` by the
+    cluster's quarter turns (``torch.rot90`` on H, W; SPEC §2)."""
+    quarters = torch.tensor(ROTATION_QUARTERS[num_clusters], device=clusters.device)[clusters]
+    out = x.clone()
+    for k in set(ROTATION_QUARTERS[num_clusters]) - {0}:  # at most 3 turn values
+        rows = (quarters == k).nonzero().squeeze(1).to(x.device)
+        if len(rows):
+            out[rows] = torch.rot90(x[rows], k, dims=(-2, -1))
+    return out
+
+
+def label_tables(num_clusters: int, num_classes: int = NUM_CLASSES) -> torch.Tensor:
+    """[num_clusters, K] new label of each old label, per cluster (SPEC §2)."""
+    table = torch.arange(num_classes).repeat(num_clusters, 1)
+    for cluster, (a, b) in enumerate(LABEL_SWAPS[num_clusters]):
+        table[cluster, a], table[cluster, b] = b, a
+    return table
+
+
+def swap_labels(y: torch.Tensor, clusters: torch.Tensor, num_clusters: int) -> torch.Tensor:
+    """Relabel ``y`` [C, m] of clients in cluster ``clusters[C]`` by the cluster's swap."""
+    table = label_tables(num_clusters).to(y.device)
+    return table[clusters.to(y.device)[:, None], y]
+
+
+def normalize(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """uint8 images [..., ch, H, W] -> float32 scaled to [0, 1] then normalized per
+    channel, the same operations as torchvision ``ToTensor`` + ``Normalize`` (SPEC §3)."""
+    m = torch.as_tensor(mean, dtype=torch.float32, device=x.device)[:, None, None]
+    s = torch.as_tensor(std, dtype=torch.float32, device=x.device)[:, None, None]
+    return x.to(torch.float32).div(255).sub(m).div(s)

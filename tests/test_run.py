@@ -1,0 +1,122 @@
+"""End to end: outputs, 1 vs 2 processes, real Fashion-MNIST, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedclust.cli import main
+from fedclust.config import load_config
+from fedclust.errors import ConfigError, DivergenceError
+from fedclust.runner import prepare, run
+
+SMALL = ["data.name=synthetic", "data.train_size=40", "data.test_size=20", "clients=8", "rounds=3",
+         "stage1_rounds=2", "algorithm.k=2", "algorithm.l=3", "progress=false", "seed=5"]
+
+
+def small_run(tmp_path, *extra, name="run"):
+    cfg = load_config(None, SMALL + [f"out={tmp_path / name}", *extra])
+    return cfg, run(cfg, prepare(cfg))
+
+
+def read_metrics(path):
+    return [json.loads(line) for line in Path(path, "metrics.jsonl").read_text().splitlines()]
+
+
+def test_outputs_of_a_run(tmp_path):
+    cfg, summary = small_run(tmp_path, "algorithm.name=random")
+    out = tmp_path / "run"
+    assert (out / "config.yaml").is_file()
+    lines = read_metrics(out)
+    assert [r["round"] for r in lines] == [1, 2, 3]
+    for r in lines:
+        assert len(r["client_accuracy"]) == 8
+        assert r["accuracy"] == pytest.approx(sum(r["client_accuracy"]) / 8, abs=0.01)
+        assert 0 <= r["neighbor_precision"] <= 1 and 0 <= r["neighbor_recall"] <= 1
+    saved = json.loads((out / "summary.json").read_text())
+    for key in ("algorithm", "final_accuracy", "best_accuracy", "rounds_completed", "neighbor_precision",
+                "neighbor_recall", "wall_seconds"):
+        assert key in saved
+    assert saved["rounds_completed"] == 3
+    assert saved["final_accuracy"] == pytest.approx(lines[-1]["accuracy"])
+    assert saved["best_accuracy"] == pytest.approx(max(r["accuracy"] for r in lines))
+    assert load_config(out / "config.yaml") == cfg
+
+
+def test_oracle_precision_is_one_and_local_has_no_list(tmp_path):
+    _, s = small_run(tmp_path, "algorithm.name=oracle", name="oracle")
+    assert s["neighbor_precision"] == pytest.approx(1.0)
+    _, s = small_run(tmp_path, "algorithm.name=local", name="local")
+    assert s["neighbor_precision"] is None
+
+
+def test_existing_run_is_not_overwritten(tmp_path):
+    small_run(tmp_path, "algorithm.name=local")
+    before = (tmp_path / "run" / "metrics.jsonl").read_text()
+    with pytest.raises(ConfigError) as e:
+        small_run(tmp_path, "algorithm.name=local")
+    assert e.value.field == "out"
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
+
+
+def test_divergence_names_round_and_clients_and_keeps_metrics(tmp_path):
+    with pytest.raises(DivergenceError) as e:
+        small_run(tmp_path, "algorithm.name=local", "train.lr=1e30", "rounds=5", "train.lr_decay=1.0")
+    assert "round" in str(e.value) and e.value.clients
+    written = read_metrics(tmp_path / "run")
+    assert [r["round"] for r in written] == list(range(1, e.value.round))
+
+
+def test_cli_check_and_bad_key(tmp_path, capsys):
+    assert main(["check", "configs/fmnist_rotation2.yaml", "algorithm.k=4"]) == 0
+    assert "k: 4" in capsys.readouterr().out
+    assert main(["check", "configs/fmnist_rotation2.yaml", "algorithm.kk=4"]) == 2
+    err = capsys.readouterr().err
+    assert "algorithm.kk" in err and "algorithm.k" in err
+
+
+def _torchrun(tmp_path, nproc, name):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "fedclust", "run", "configs/fmnist_rotation2.yaml", *SMALL, "algorithm.name=random",
+           "rounds=4", "clients=9", f"out={tmp_path / name}"]
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return read_metrics(tmp_path / name)
+
+
+def test_one_and_two_processes_agree(tmp_path):
+    """9 clients over 2 ranks (5 + 4): same neighbours and accuracies."""
+    one = _torchrun(tmp_path, 1, "one")
+    two = _torchrun(tmp_path, 2, "two")
+    assert len(one) == len(two) == 4
+    for a, b in zip(one, two):
+        assert a["neighbor_precision"] == pytest.approx(b["neighbor_precision"], abs=1e-12)
+        assert a["neighbor_recall"] == pytest.approx(b["neighbor_recall"], abs=1e-12)
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01)
+        assert a["client_accuracy"] == pytest.approx(b["client_accuracy"], abs=0.01)
+
+
+def _fmnist_available():
+    try:
+        from fedclust.data import sources
+
+        return any(sources.read_idx_folder(f) is not None for f in sources.fmnist_folders("data"))
+    except Exception:
+        return False
+
+
+def test_short_run_on_real_fashion_mnist(tmp_path):
+    if not _fmnist_available():
+        pytest.skip("Fashion-MNIST IDX files not installed (apt-get install dataset-fashion-mnist)")
+    cfg = load_config("configs/fmnist_rotation2.yaml",
+                      ["clients=20", "rounds=3", "algorithm.name=oracle", "progress=false",
+                       f"out={tmp_path / 'fm'}"])
+    summary = run(cfg, prepare(cfg))
+    assert summary["rounds_completed"] == 3
+    assert summary["final_accuracy"] > 50.0  # 10 classes: chance is 10%
+    assert summary["neighbor_precision"] == pytest.approx(1.0)
