@@ -248,6 +248,10 @@ def validate(cfg: Config) -> None:
         if cfg.algorithm.l > cfg.clients - 1:
             raise ConfigError("algorithm.l", cfg.algorithm.l,
                               f"must be at most clients - 1 = {cfg.clients - 1} (candidates are other clients)")
+    if name in ALGORITHMS_NEEDING_L and not 1 <= cfg.stage1_rounds <= cfg.rounds:
+        raise ConfigError("stage1_rounds", cfg.stage1_rounds,
+                          f"{name} needs 1 <= stage1_rounds <= rounds ({cfg.rounds}): stage two starts from "
+                          "stage one's neighbour list")
     _one_of("model", cfg.model, {"auto", "mlp", "cnn"})
     if cfg.model == "cnn" and cfg.data.name != "cifar10":
         raise ConfigError("model", cfg.model, "the CNN takes 32x32x3 images: use it with data.name=cifar10, or model=mlp")

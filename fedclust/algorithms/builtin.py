@@ -7,3 +7,9 @@ register("local", baselines.make_local)
 register("random", baselines.make_random)
 register("fixtopology", baselines.make_fixtopology)
 register("oracle", baselines.make_oracle)
+
+from fedclust.algorithms import panm, pens  # noqa: E402
+
+register("panm_loss", panm.make_panm_loss)
+register("panm_grad", panm.make_panm_grad)
+register("pens", pens.make_pens)

@@ -1,0 +1,50 @@
+"""Confident Neighbour Initialization, stage one of PANM (papers/001 §3.2.2
+Eq. 8, SPEC §4).
+
+Each round client i draws l candidates ``C_i`` uniformly from the other
+clients; its neighbours are the k with the highest similarity among
+``C_i ∪ N_i^{t-1}`` (round 1: among ``C_i``).  PENS's stage one (Eq. 7) is
+the same top-k without the previous neighbours.  Pure functions on bool
+masks ``[C, n]`` and similarity matrices ``[C, n]``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedclust import rng
+
+
+def top_k_in_mask(similarity: torch.Tensor, allowed: torch.Tensor, k: int) -> torch.Tensor:
+    """Bool ``[C, n]``: per row the k allowed entries of highest similarity
+    (all allowed entries if fewer).  Ties go to the lower column index; NaN
+    counts as lowest.  Each row depends on that row alone."""
+    C, n = allowed.shape
+    kk = min(k, n)
+    out = torch.zeros_like(allowed)
+    if kk <= 0:
+        return out
+    sim = torch.nan_to_num(similarity.to(torch.float64), nan=float("-inf"))
+    # stable sorts: by similarity (descending), then allowed entries first
+    order = torch.sort(sim, dim=1, descending=True, stable=True).indices
+    first = torch.sort(allowed.gather(1, order).to(torch.int8), dim=1, descending=True, stable=True).indices
+    top = order.gather(1, first[:, :kk])
+    out.scatter_(1, top, True)
+    return out & allowed
+
+
+def draw_candidates(seed: int, round_: int, client_ids: torch.Tensor, self_mask: torch.Tensor, l: int,
+                    stream: str = "candidates") -> torch.Tensor:
+    """l candidates per client drawn uniformly from all other clients (bool ``[C, n]``)."""
+    return rng.choose_from_mask(seed, round_, stream, client_ids, ~self_mask, l)
+
+
+def cni_pool(candidates: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:
+    """The peers a client scores this round: ``C_i ∪ N_i^{t-1}`` (``C_i`` in round 1)."""
+    return candidates if previous is None else candidates | previous
+
+
+def cni_step(similarity: torch.Tensor, candidates: torch.Tensor, previous: torch.Tensor | None,
+             k: int) -> torch.Tensor:
+    """``N_i^t``: the top k by similarity among ``C_i ∪ N_i^{t-1}`` (papers/001 Eq. 8)."""
+    return top_k_in_mask(similarity, cni_pool(candidates, previous), k)

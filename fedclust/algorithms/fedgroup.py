@@ -1,0 +1,262 @@
+"""FedGroup / FedGrouProx server math (SPEC §5; papers/003, Duan et al.).
+
+Symbols (papers/003 §III):
+  m        number of groups (here ``K``);
+  α        pre-training scale: ``α·m`` clients are pre-trained (Alg. 3 l. 2);
+  Δw_0^(c) a pre-training update: one epoch of local training from ``w_0``
+           (Alg. 3 ``PreTrainClient``), flattened; stacked ``ΔW [αm, P]``;
+  V        the three base direction vectors ``v_1, v_2, v_3 ∈ R^P``: the top
+           left singular vectors of ``ΔWᵀ`` (= top right singular vectors of
+           ``ΔW``), Alg. 3 l. 7;
+  ζ(i, V)  the ternary cosine similarity of client i (Eq. 7-9):
+           ``ζ'_k = <Δw_i, v_k> / (‖Δw_i‖ ‖v_k‖)`` and ``ζ = (1 − ζ')/2 ∈ [0,1]``;
+           the rows ``ℳ_i = ζ(i, V)`` form ``ℳ [αm, 3]``;
+  g_j.cm   the centroid of group j's rows of ℳ (Alg. 4 l. 6);
+  η_g      inter-group learning rate (Alg. 2 l. 22, default 0.01).
+
+Functions:
+  base_directions, ternary_similarity   Alg. 3 and Eq. 7-9;
+  kmeans_pp, kmeans                     K-means++ on ℳ (Alg. 4 l. 3; Arthur &
+                                        Vassilvitskii), own seeded implementation;
+  group_cold_start                      Alg. 4;
+  newcomer_distance, place_newcomers    Eq. 10 (client cold start);
+  inter_group_aggregate                 Alg. 2 l. 20-25;
+  global_aggregate                      Alg. 2 l. 11.
+The intra-group update (Alg. 2 l. 12-19) is FedAvg/FedProx inside each group:
+:func:`fedclust.algorithms.ifca.cluster_average` (an empty group keeps its
+model, Alg. 2 l. 13-14) and :func:`fedclust.algorithms.fedavg.prox_grad`.
+
+Ambiguities resolved (each checked against the authors' code, GrouProx
+``flearn/trainers/grouprox.py``):
+- Eq. 7 prints ``v_scale = (‖Δw‖‖v_1‖, ‖v_2‖, ‖v_3‖)^{∘−1}``; the code and
+  the name "cosine similarity" give ``(‖Δw‖‖v_1‖, ‖Δw‖‖v_2‖, ‖Δw‖‖v_3‖)^{∘−1}``,
+  i.e. ζ'_k is the cosine of Δw_i and v_k (here ‖v_k‖ = 1).
+- SVD signs are arbitrary; flipping v_k maps ζ_k to 1 − ζ_k, a reflection
+  that leaves every K-means distance unchanged.  For reproducibility each
+  v_k is signed so that the updates' projections onto it sum to ≥ 0.
+  No mean-centering (the code uses TruncatedSVD).
+- Alg. 4 l. 7 reads ``w_0^(g) ← Average(Δw_0^(c))``; the code averages the
+  pre-trained *models* ``w_0 + Δw_0^(c)``, and l. 8 then gives
+  ``Δw_0^(g) = mean Δw_0^(c)``.  Implemented as the code.
+- Alg. 2 l. 22-23 reads ``w^(g_j) = w̃^(g_j) + η_g Σ_{l≠j} w̃^(g_l)/‖w̃^(g_l)‖``
+  (adds unit vectors to a model; not scale-consistent: identical groups
+  would grow every round).  The code normalises it into a convex
+  combination, ``(w̃_j + η_g Σ_{l≠j} w̃_l/‖w̃_l‖) / (1 + η_g Σ_{l≠j} 1/‖w̃_l‖)``.
+  Default: the code's form; ``normalized=False`` gives the literal line.
+- Eq. 10 needs each group's "latest update" ``Δw_t^(g_j)``: after cold
+  start Alg. 4 l. 8; afterwards, suggested: the group model's change over
+  the latest round (after intra- and inter-group aggregation).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedclust import rng
+from fedclust.errors import ConfigError
+
+EPS = 1e-12
+KMEANS_STREAM = 101          # rng stream id of the K-means++ seeding draws (not in rng.STREAMS)
+N_DIRECTIONS = 3             # "ternary": three base directions (Alg. 3 l. 7)
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``[A, B]`` cosines between rows of ``a`` and ``b``; 0 where a row is zero."""
+    an = a / a.norm(dim=1, keepdim=True).clamp_min(EPS)
+    bn = b / b.norm(dim=1, keepdim=True).clamp_min(EPS)
+    return an @ bn.T
+
+
+def base_directions(updates: torch.Tensor, n_directions: int = N_DIRECTIONS) -> torch.Tensor:
+    """Base direction vectors ``V = [v_1, v_2, v_3]`` (papers/003 Alg. 3 l. 7:
+    ``SVD(ΔWᵀ, 3)``) → ``[n_directions, P]``, unit rows, ordered by singular
+    value, each signed so that ``Σ_i <Δw_i, v_k> ≥ 0``.
+
+    ``updates = ΔW [αm, P]``.  Uses the thin SVD of the wide ``[αm, P]`` matrix
+    (memory ~ (αm)·P, no ``P×P`` matrix).
+    """
+    if updates.dim() != 2:
+        raise ValueError(f"updates must be [alpha*m, P], got shape {tuple(updates.shape)}")
+    m, P = updates.shape
+    if m < n_directions or P < n_directions:
+        raise ConfigError("algorithm.alpha", m,
+                          f"FedGroup pre-trains alpha*m = {m} clients with P = {P} parameters; "
+                          f"the ternary similarity needs at least {n_directions} of each: raise alpha or groups")
+    _, _, vh = torch.linalg.svd(updates.to(torch.float64), full_matrices=False)
+    v = vh[:n_directions]                                  # right singular vectors of ΔW
+    sign = torch.where((updates.to(torch.float64) @ v.T).sum(dim=0) < 0, -1.0, 1.0)
+    return (v * sign[:, None]).to(updates.dtype)
+
+
+def ternary_similarity(updates: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
+    """Ternary cosine similarity ``ℳ_i = ζ(i, V) = (1 − cos(Δw_i, v_k))/2``
+    (papers/003 Eq. 7-9) → ``[c, n_directions]`` with entries in ``[0, 1]``.
+
+    ``updates [c, P]`` (pre-training updates, any clients); ``directions``
+    ``[n_directions, P]`` from :func:`base_directions`.  A zero update gets 0.5.
+    """
+    if updates.dim() != 2 or directions.dim() != 2 or updates.shape[1] != directions.shape[1]:
+        raise ValueError(f"updates [c, P] and directions [k, P] must share P, got "
+                         f"{tuple(updates.shape)} and {tuple(directions.shape)}")
+    return (1.0 - _cosine(updates, directions)) / 2.0
+
+
+def kmeans_pp(points: torch.Tensor, k: int, seed: int, restart: int = 0) -> torch.Tensor:
+    """K-means++ seeding (Arthur & Vassilvitskii 2007, papers/003 ref. [20]) →
+    ``[k]`` int64 indices of the chosen points.
+
+    First centre uniform; each next one drawn with probability ∝ ``D(x)²``,
+    the squared distance to the nearest chosen centre (uniform over all
+    points if every distance is 0).  Draws come from
+    ``rng.uniform(seed, 0, KMEANS_STREAM, restart, j)``: a pure function of
+    (seed, restart, draw j).  Loops over the k centres only.
+    """
+    m = points.shape[0]
+    u = rng.uniform(seed, 0, KMEANS_STREAM, torch.tensor(restart), torch.arange(k)).tolist()
+    x = points.to(torch.float64)
+    chosen = [min(int(u[0] * m), m - 1)]
+    d2 = (x - x[chosen[0]]).pow(2).sum(dim=1)
+    for j in range(1, k):
+        total = d2.sum()
+        if total <= 0:
+            idx = min(int(u[j] * m), m - 1)
+        else:
+            cdf = torch.cumsum(d2, dim=0)
+            idx = int(torch.searchsorted(cdf, u[j] * total, right=True).clamp_max(m - 1))
+            while d2[idx] <= 0:       # a point already at distance 0 has probability 0
+                idx -= 1
+        chosen.append(idx)
+        d2 = torch.minimum(d2, (x - x[idx]).pow(2).sum(dim=1))
+    return torch.tensor(chosen, dtype=torch.int64, device=points.device)
+
+
+def _nearest(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Index of the nearest centre (squared Euclidean), ties to the lowest index."""
+    return (x[:, None, :] - c[None]).pow(2).sum(-1).argmin(dim=1)
+
+
+def lloyd(points: torch.Tensor, centers: torch.Tensor, max_iter: int = 300) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Lloyd iterations from ``centers [k, d]`` until no assignment changes
+    (or ``max_iter``) → ``(labels [m], centers [k, d], inertia)``.
+
+    Assignment: nearest centre in squared Euclidean distance, ties to the
+    lowest index.  Update: the mean of the assigned points; an empty cluster
+    keeps its centre.  ``inertia = Σ_i ‖x_i − c_{label_i}‖²`` at the end.
+    """
+    x = points.to(torch.float64)
+    c = centers.to(torch.float64).clone()
+    k = c.shape[0]
+    labels = _nearest(x, c)
+    for _ in range(max_iter):
+        sums = torch.zeros_like(c).index_add_(0, labels, x)
+        counts = torch.zeros(k, dtype=x.dtype, device=x.device).index_add_(0, labels, torch.ones_like(x[:, 0]))
+        c = torch.where(counts[:, None] > 0, sums / counts.clamp_min(1)[:, None], c)
+        new = _nearest(x, c)
+        if torch.equal(new, labels):
+            break
+        labels = new
+    inertia = float((x - c[labels]).pow(2).sum())
+    return labels, c, inertia
+
+
+def kmeans(points: torch.Tensor, k: int, seed: int, n_init: int = 10, max_iter: int = 300) -> tuple[torch.Tensor, torch.Tensor]:
+    """K-means with K-means++ seeding, best of ``n_init`` restarts by inertia
+    (first restart wins ties) → ``(labels int64 [m], centers [k, d])``
+    (papers/003 Alg. 4 l. 3, as sklearn ``KMeans`` in the authors' code)."""
+    if points.dim() != 2 or points.shape[0] < k or k < 1:
+        raise ConfigError("algorithm.groups", k,
+                          f"K-means needs 1 <= groups <= points ({points.shape[0]}); lower the number of groups")
+    best = None
+    for r in range(n_init):
+        init = points.to(torch.float64)[kmeans_pp(points, k, seed, r)]
+        labels, centers, inertia = lloyd(points, init, max_iter)
+        if best is None or inertia < best[2]:
+            best = (labels, centers, inertia)
+    return best[0], best[1].to(points.dtype)
+
+
+def group_cold_start(
+    updates: torch.Tensor, w0: torch.Tensor, groups: int, seed: int, n_init: int = 10
+) -> dict[str, torch.Tensor]:
+    """Group cold start, papers/003 Algorithm 4, on the pre-training updates
+    ``ΔW [αm, P]`` of the pre-trained clients (from the common ``w0 [P]``).
+
+    Returns a dict:
+      ``assign`` int64 [αm]: group of each pre-trained client (K-means++ on ℳ);
+      ``similarity`` [αm, 3]: ℳ;  ``directions`` [3, P]: V;
+      ``centroids`` [K, 3]: ``g_j.cm`` (Alg. 4 l. 6);
+      ``models`` [K, P]: ``w_0^(g_j) = w0 + mean_{c∈g_j} Δw_0^(c)`` (l. 7, as the code);
+      ``updates`` [K, P]: ``Δw_0^(g_j) = w_0^(g_j) − w0`` (l. 8).
+    A group K-means leaves empty (possible only with duplicate points) gets
+    ``w0`` and a zero update.
+    """
+    from fedclust.algorithms.ifca import cluster_average
+
+    directions = base_directions(updates)
+    sim = ternary_similarity(updates, directions)
+    assign, centroids = kmeans(sim, groups, seed, n_init=n_init)
+    P = updates.shape[1]
+    mean_upd = cluster_average(updates, assign, groups, torch.zeros(groups, P, dtype=updates.dtype, device=updates.device))
+    return {
+        "assign": assign,
+        "similarity": sim,
+        "directions": directions,
+        "centroids": centroids,
+        "models": w0[None, :] + mean_upd,
+        "updates": mean_upd,
+    }
+
+
+def newcomer_distance(pre_updates: torch.Tensor, group_updates: torch.Tensor) -> torch.Tensor:
+    """Eq. 10's score ``(1 − cos∠(Δw_t^(g_j), Δw_pre^(i)))/2`` → ``[c, K]`` in ``[0, 1]``.
+
+    ``pre_updates [c, P]``: newcomers' pre-training updates from the current
+    global model; ``group_updates [K, P]``: each group's latest update.  A
+    zero vector has cosine 0 (score 0.5).
+    """
+    if pre_updates.dim() != 2 or group_updates.dim() != 2 or pre_updates.shape[1] != group_updates.shape[1]:
+        raise ValueError(f"pre_updates [c, P] and group_updates [K, P] must share P, got "
+                         f"{tuple(pre_updates.shape)} and {tuple(group_updates.shape)}")
+    return (1.0 - _cosine(pre_updates, group_updates)) / 2.0
+
+
+def place_newcomers(pre_updates: torch.Tensor, group_updates: torch.Tensor) -> torch.Tensor:
+    """Client cold start, papers/003 Eq. 10: ``g* = argmin_j`` of
+    :func:`newcomer_distance` → int64 ``[c]`` (ties to the lowest group)."""
+    return newcomer_distance(pre_updates, group_updates).argmin(dim=1)
+
+
+def check_eta_g(eta_g: float) -> float:
+    eta_g = float(eta_g)
+    if not (eta_g >= 0 and eta_g < float("inf")):
+        raise ConfigError("algorithm.eta_g", eta_g, "FedGroup inter-group learning rate must be finite and >= 0 (paper: 0.01)")
+    return eta_g
+
+
+def inter_group_aggregate(group_models: torch.Tensor, eta_g: float, normalized: bool = True) -> torch.Tensor:
+    """Inter-group aggregation, papers/003 Alg. 2 l. 20-25 → ``[K, P]``.
+
+    With ``u_l = w̃_l/‖w̃_l‖`` and ``S = Σ_l u_l``:
+    literal (``normalized=False``): ``w_j = w̃_j + η_g (S − u_j)``;
+    default, the authors' code: ``w_j = (w̃_j + η_g (S − u_j)) /
+    (1 + η_g Σ_{l≠j} 1/‖w̃_l‖)``.  A zero model contributes nothing.
+    ``η_g = 0`` or K = 1 returns the models unchanged.
+    """
+    eta_g = check_eta_g(eta_g)
+    if group_models.dim() != 2:
+        raise ValueError(f"group_models must be [K, P], got shape {tuple(group_models.shape)}")
+    x = group_models.to(torch.float64)
+    norms = x.norm(dim=1)
+    inv = torch.where(norms > 0, 1.0 / norms.clamp_min(EPS), torch.zeros_like(norms))
+    units = x * inv[:, None]
+    others = units.sum(dim=0, keepdim=True) - units              # Σ_{l≠j} u_l
+    out = x + eta_g * others
+    if normalized:
+        out = out / (1.0 + eta_g * (inv.sum() - inv))[:, None]
+    return out.to(group_models.dtype)
+
+
+def global_aggregate(group_models: torch.Tensor) -> torch.Tensor:
+    """Global model = unweighted mean of the group models (papers/003 Alg. 2
+    l. 11); kept only for newcomers' cold start → ``[P]``."""
+    return group_models.mean(dim=0)

@@ -1,0 +1,259 @@
+"""FPFC server math (SPEC §5; papers/004, Yu, Liu, Sun & Wang, AAAI 2023
+student abstract, "Clustered Federated Learning for Heterogeneous Data").
+
+Objective (papers/004 "Approach"):
+    min_ω  Σ_i f_i(ω_i) + 1/(2m) Σ_i Σ_j g(‖ω_i − ω_j‖, λ)
+with g the SCAD penalty ``P_a(t, λ)`` (Fan & Li 2001) and, for the
+algorithm, its smooth surrogate ``P̃_a(t, λ)`` (quadratic for |t| ≤ ξ < λ).
+
+Algorithm 1 (Douglas-Rachford / ADMM over ``θ_ij = ω_i − ω_j``), with m
+clients, step k, participating set A_k:
+  local (client i ∈ A_k, T_i steps):  ω ← ω − α[∇f_i(ω) + ρ(ω − ζ_i^k)]
+      → :func:`fedclust.algorithms.fedavg.prox_grad` with anchor ζ, μ = ρ;
+  server, for pairs i < j:
+      δ_ij = ω_i − ω_j + v_ij/ρ
+      θ_ij = argmin_θ g̃(‖θ‖) + ρ/2 ‖δ_ij − θ‖²   (closed form: :func:`theta_update`)
+      v_ij ← v_ij + ρ(ω_i − ω_j − θ_ij);  θ_ji = −θ_ij,  v_ji = −v_ij;
+  every i:  ζ_i = 1/m Σ_j (ω_j + θ_ij − v_ij/ρ)            (:func:`zeta`)
+  at the end: i ~ j when ‖θ_ij‖ ≤ ν (ν ∈ [ξ, 0.5]); clusters are the
+  connected components (:func:`clusters_from_theta`), cluster model
+  ``α̂_l = Σ_{i∈G_l} n_i ω_i / Σ n_i`` (:func:`cluster_models`).
+  Init: ω_i^0 all equal, ζ_i^0 = ω_i^0, θ^0 = 0, v^0 = 0.
+
+Consistency note: the local step uses ρ(ω_i − ζ_i), not mρ(ω_i − ζ_i), and
+the θ-step has no 1/m; both follow when the augmented Lagrangian's pair terms
+carry the objective's 1/m, i.e. ``1/m Σ_{i<j} [g + <v, ω_i−ω_j−θ> + ρ/2‖·‖²]``.
+
+Closed-form θ-step.  g̃ depends on ‖θ‖ only, so ``θ = s·δ/‖δ‖`` with
+``s = argmin_{s≥0} g̃(s) + ρ/2 (r − s)²``, ``r = ‖δ‖``.  For ``ρ(a−1) > 1`` the
+1-D problem is strictly convex and, solving each piece of g̃,
+    r ≤ ξ + λ/ρ:            s = r / (1 + λ/(ρξ))
+    ξ + λ/ρ < r ≤ λ + λ/ρ:  s = r − λ/ρ
+    λ + λ/ρ < r ≤ aλ:       s = (ρ(a−1) r − aλ) / (ρ(a−1) − 1)
+    r > aλ:                 s = r
+(continuous at every knot).  The theorem's ρ > max(2λ/ξ, 2/(a−1), …) implies
+ρ(a−1) > 1; only that weaker condition is enforced here.
+
+Ambiguity resolved: Algorithm 1 updates pairs with both ends in A_k and
+keeps pairs with both ends outside; a mixed pair is not covered.  Here
+every pair with at least one end in A_k is updated (the server holds every
+ω_j; an absent client's is unchanged), so the "keep" rule applies exactly to
+pairs with both ends outside.  With full participation both readings agree.
+
+Memory.  The pairwise state is θ and v for the E = n(n−1)/2 pairs i < j,
+``[E, P]`` each (never ``[n, n, P]``): ``pairwise_state_bytes(n, P)`` =
+``n(n−1)·P·dtype_bytes`` (n = 100, P = 199 210 float32: 7.9 GB).  Updates
+and ζ run in chunks of pairs, so the transient memory is a few
+``chunk × P`` buffers.  (v could be dropped: after a step both θ and v are
+multiples of δ, ``v/ρ = (1/t − 1)·θ`` with ``t = s/r ≥ 1/(1 + λ/(ρξ)) > 0``,
+so storing θ and one scalar t per pair would halve the state.  Not done:
+the literal form is easier to check.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedclust.errors import ConfigError
+
+CHUNK_ELEMENTS = 2**24      # pairs per chunk × P at most this (64 MB per float32 buffer)
+
+
+# ----------------------------------------------------------------------------
+# Penalty
+
+
+def check_penalty(lam: float, a: float, xi: float | None = None, rho: float | None = None) -> None:
+    """λ > 0, a > 1, 0 < ξ < λ, ρ(a − 1) > 1 (the θ-step's uniqueness)."""
+    if not (float(lam) > 0 and float(lam) < float("inf")):
+        raise ConfigError("algorithm.lam", lam, "SCAD fusion weight lambda must be finite and > 0")
+    if not (float(a) > 1 and float(a) < float("inf")):
+        raise ConfigError("algorithm.a", a, "SCAD shape a must be > 1 (Fan & Li use 3.7)")
+    if xi is not None and not (0 < float(xi) < float(lam)):
+        raise ConfigError("algorithm.xi", xi, f"surrogate width xi must lie in (0, lambda = {lam})")
+    if rho is not None and not (float(rho) * (float(a) - 1) > 1 and float(rho) < float("inf")):
+        raise ConfigError("algorithm.rho", rho,
+                          f"ADMM rho must satisfy rho*(a-1) > 1, i.e. rho > {1 / (float(a) - 1):.6g} "
+                          f"(papers/004 Theorem 1 asks rho > max(2*lambda/xi, 2/(a-1), ...))")
+
+
+def scad(t: torch.Tensor, lam: float, a: float) -> torch.Tensor:
+    """SCAD penalty ``P_a(t, λ)`` (papers/004; Fan & Li 2001), elementwise:
+    ``λ|t|`` for |t| ≤ λ; ``(aλ|t| − (t² + λ²)/2)/(a − 1)`` for λ < |t| ≤ aλ;
+    ``λ²(a + 1)/2`` beyond."""
+    check_penalty(lam, a)
+    t = t.abs()
+    mid = (a * lam * t - 0.5 * (t * t + lam * lam)) / (a - 1)
+    return torch.where(t <= lam, lam * t, torch.where(t <= a * lam, mid, torch.full_like(t, lam * lam * (a + 1) / 2)))
+
+
+def scad_surrogate(t: torch.Tensor, lam: float, a: float, xi: float) -> torch.Tensor:
+    """Smooth surrogate ``P̃_a(t, λ) = (λ t²/(2ξ) + ξλ/2)·I(|t| ≤ ξ) + P_a(t, λ)·I(|t| > ξ)``
+    (papers/004), ξ < λ: continuously differentiable, equal to SCAD for |t| > ξ."""
+    check_penalty(lam, a, xi)
+    return torch.where(t.abs() <= xi, lam * t * t / (2 * xi) + xi * lam / 2, scad(t, lam, a))
+
+
+# ----------------------------------------------------------------------------
+# ADMM steps
+
+
+def theta_shrink(r: torch.Tensor, lam: float, a: float, xi: float, rho: float) -> torch.Tensor:
+    """The norm of the θ-step's solution, ``s = argmin_{s≥0} P̃_a(s, λ) + ρ/2 (r − s)²``,
+    for ``r = ‖δ‖ ≥ 0`` (module docstring's four pieces), elementwise."""
+    check_penalty(lam, a, xi, rho)
+    c = rho * (a - 1)
+    return torch.where(
+        r <= xi + lam / rho, r / (1 + lam / (rho * xi)),
+        torch.where(r <= lam + lam / rho, r - lam / rho,
+                    torch.where(r <= a * lam, (c * r - a * lam) / (c - 1), r)))
+
+
+def theta_update(delta: torch.Tensor, lam: float, a: float, xi: float, rho: float) -> torch.Tensor:
+    """Closed-form θ-step of papers/004 Algorithm 1, step 5:
+    ``argmin_θ P̃_a(‖θ‖, λ) + ρ/2 ‖δ − θ‖²`` row-wise → ``[E, P]`` for
+    ``delta [E, P]`` (``θ = theta_shrink(‖δ‖)·δ/‖δ‖``; 0 for δ = 0)."""
+    r = delta.norm(dim=-1)
+    s = theta_shrink(r, lam, a, xi, rho)
+    scale = torch.where(r > 0, s / r.clamp_min(torch.finfo(delta.dtype).tiny), torch.zeros_like(r))
+    return delta * scale[..., None]
+
+
+def pair_update(
+    omega_i: torch.Tensor, omega_j: torch.Tensor, theta: torch.Tensor, v: torch.Tensor,
+    lam: float, a: float, xi: float, rho: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One server step for a batch of pairs (papers/004 Algorithm 1, step 5):
+    ``δ = ω_i − ω_j + v/ρ``, ``θ' = theta_update(δ)``, ``v' = v + ρ(ω_i − ω_j − θ')``.
+    All arguments ``[E, P]``; returns ``(θ', v')``."""
+    diff = omega_i - omega_j
+    theta_new = theta_update(diff + v / rho, lam, a, xi, rho)
+    return theta_new, v + rho * (diff - theta_new)
+
+
+def n_pairs(n: int) -> int:
+    """E = n(n − 1)/2 pairs i < j."""
+    return n * (n - 1) // 2
+
+
+def pair_index(n: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(i [E], j [E])`` of the pairs i < j, row-major (the layout of θ and v)."""
+    ij = torch.triu_indices(n, n, offset=1, device=device)
+    return ij[0], ij[1]
+
+
+def pairwise_state_bytes(n: int, P: int, dtype_bytes: int = 4) -> int:
+    """Bytes of FPFC's persistent pairwise state, θ and v ``[E, P]`` each:
+    ``2·E·P·dtype_bytes = n(n − 1)·P·dtype_bytes`` (chunk buffers not included)."""
+    return 2 * n_pairs(int(n)) * int(P) * int(dtype_bytes)
+
+
+def init_pair_state(n: int, P: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+    """θ^0 = 0 and v^0 = 0, ``[E, P]`` each (papers/004 Algorithm 1, init)."""
+    E = n_pairs(n)
+    return torch.zeros(E, P, dtype=dtype, device=device), torch.zeros(E, P, dtype=dtype, device=device)
+
+
+def _chunk(P: int, chunk_pairs: int | None) -> int:
+    return max(1, chunk_pairs if chunk_pairs else CHUNK_ELEMENTS // max(P, 1))
+
+
+def server_update_(
+    omega: torch.Tensor, theta: torch.Tensor, v: torch.Tensor,
+    lam: float, a: float, xi: float, rho: float,
+    active: torch.Tensor | None = None, chunk_pairs: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Server step of papers/004 Algorithm 1 for all pairs, **in place** on
+    ``theta``/``v`` ``[E, P]`` (returned for convenience).
+
+    ``omega [n, P]``: every client's current ω (ω^{k+1} for i ∈ A_k, ω^k
+    otherwise).  ``active`` bool ``[n]`` (None: everyone): pairs with at least
+    one active end are updated, the others kept (module docstring).  Pairs go
+    in chunks of ``chunk_pairs`` (default: ``CHUNK_ELEMENTS // P``).
+    """
+    check_penalty(lam, a, xi, rho)
+    n, P = omega.shape
+    E = n_pairs(n)
+    if theta.shape != (E, P) or v.shape != (E, P):
+        raise ValueError(f"theta and v must be [n(n-1)/2, P] = [{E}, {P}], got {tuple(theta.shape)}, {tuple(v.shape)}")
+    i, j = pair_index(n, omega.device)
+    if active is not None:
+        if active.shape != (n,) or active.dtype != torch.bool:
+            raise ValueError(f"active must be a bool [{n}] mask, got {active.dtype} {tuple(active.shape)}")
+        sel = torch.nonzero(active[i] | active[j]).flatten()
+    else:
+        sel = torch.arange(E, device=omega.device)
+    step = _chunk(P, chunk_pairs)
+    for start in range(0, sel.numel(), step):   # chunks of pairs, not clients
+        e = sel[start:start + step]
+        t_new, v_new = pair_update(omega[i[e]], omega[j[e]], theta[e], v[e], lam, a, xi, rho)
+        theta[e] = t_new.to(theta.dtype)
+        v[e] = v_new.to(v.dtype)
+    return theta, v
+
+
+def zeta(omega: torch.Tensor, theta: torch.Tensor, v: torch.Tensor, rho: float, chunk_pairs: int | None = None) -> torch.Tensor:
+    """``ζ_i = 1/m Σ_j (ω_j + θ_ij − v_ij/ρ)`` (papers/004 Algorithm 1, last
+    server line) → ``[n, P]``, using θ_ii = v_ii = 0, θ_ji = −θ_ij, v_ji = −v_ij:
+    ``ζ = mean(ω) + (1/m)(Σ_{j>i} u_ij − Σ_{j<i} u_ji)`` with ``u = θ − v/ρ``."""
+    n, P = omega.shape
+    i, j = pair_index(n, omega.device)
+    acc = torch.zeros(n, P, dtype=omega.dtype, device=omega.device)
+    step = _chunk(P, chunk_pairs)
+    for start in range(0, i.numel(), step):
+        sl = slice(start, start + step)
+        u = (theta[sl] - v[sl] / rho).to(omega.dtype)
+        acc.index_add_(0, i[sl], u)
+        acc.index_add_(0, j[sl], -u)
+    return omega.mean(dim=0, keepdim=True) + acc / n
+
+
+# ----------------------------------------------------------------------------
+# Cluster read-off
+
+
+def theta_norm_matrix(theta: torch.Tensor, n: int) -> torch.Tensor:
+    """Symmetric ``[n, n]`` matrix of ``‖θ_ij‖`` (zero diagonal) from ``theta [E, P]``."""
+    i, j = pair_index(n, theta.device)
+    out = torch.zeros(n, n, dtype=theta.dtype, device=theta.device)
+    norms = theta.norm(dim=1)
+    out[i, j] = norms
+    out[j, i] = norms
+    return out
+
+
+def clusters_from_theta(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
+    """Clusters of papers/004: i ~ j when ``‖θ_ij‖ ≤ ν``; the clusters are the
+    connected components of that graph → int64 ``[n]`` labels, numbered by
+    smallest member (client 0 is in cluster 0).
+
+    ``theta_norms [n, n]``: see :func:`theta_norm_matrix` (only the part
+    above the diagonal is read, so it need not be symmetric).  Components
+    via ``scipy.sparse.csgraph.connected_components`` (read-off happens once).
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = theta_norms.shape[0]
+    if theta_norms.shape != (n, n):
+        raise ValueError(f"theta_norms must be square [n, n], got {tuple(theta_norms.shape)}")
+    if not float(nu) >= 0:
+        raise ConfigError("algorithm.nu", nu, "FPFC cluster threshold nu must be >= 0 (paper: in [xi, 0.5])")
+    adj = (theta_norms <= nu).triu(1).cpu().numpy()
+    _, comp = connected_components(csr_matrix(adj), directed=False)
+    # relabel by first occurrence so that numbering follows the smallest member
+    _, first = np.unique(comp, return_index=True)
+    order = np.empty_like(first)
+    order[np.argsort(first)] = np.arange(first.size)
+    return torch.as_tensor(order[comp], dtype=torch.int64, device=theta_norms.device)
+
+
+def cluster_models(omega: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """``α̂_l = Σ_{i∈Ĝ_l} n_i ω_i / Σ_{i∈Ĝ_l} n_i`` (papers/004) → ``[L, P]``,
+    L = number of labels; ``weights [n]`` the data sizes (equal when None)."""
+    from fedclust.algorithms.ifca import cluster_average
+
+    L = int(labels.max()) + 1 if labels.numel() else 0
+    prev = torch.zeros(L, omega.shape[1], dtype=omega.dtype, device=omega.device)
+    return cluster_average(omega, labels, L, prev, weights)

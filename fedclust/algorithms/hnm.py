@@ -1,0 +1,144 @@
+"""Heuristic Neighbour Matching, stage two of PANM (papers/001 §3.2.3
+Eq. 14-18, SPEC §4).
+
+Every τ rounds client i draws ``C_i`` (l uniform non-neighbours, never i)
+and ``S_i`` (l uniform neighbours, all of ``N_i`` if it has ≤ l), scores
+``y_j = s_ij`` on ``M = C ∪ S`` and runs hard-assignment EM for a mixture of
+two 1-D Gaussians, starting from S in one component and C in the other.
+``H_i`` is the component with the higher mean and ``N_i ← (N_i \\ S_i) ∪ H_i``.
+The paper initialises S in the component it later calls "different" (a
+typo, SPEC §4): here the same-cluster side is simply the higher-mean one.
+
+Every round of stage two averages with k neighbours drawn uniformly from
+``N_i`` (all of them if fewer).
+
+The EM is batched over clients: values ``y [C, m]`` with a validity mask.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from fedclust import rng
+
+MAX_EM_STEPS = 100
+VAR_FLOOR_REL = 1e-3    # variance floor: this share of the row's overall variance ...
+VAR_FLOOR_ABS = 1e-12   # ... plus this absolute amount (all values equal, one element)
+
+
+@dataclass
+class EMResult:
+    high: torch.Tensor       # [C, m] bool: member of the higher-mean component (valid entries only)
+    empty: torch.Tensor      # [C] bool: EM ended with a component empty (no split found)
+    assign_a: torch.Tensor   # [C, m] bool: final assignment to component A (the one started from init_a)
+    steps: torch.Tensor      # [C] int: assignment updates until no change (MAX_EM_STEPS if capped)
+
+
+def _component_stats(y: torch.Tensor, member: torch.Tensor, floor: torch.Tensor):
+    """Per row count, mean and floored (population) variance of the member entries."""
+    cnt = member.sum(1).to(y.dtype)
+    safe = cnt.clamp_min(1.0)
+    mean = (y * member).sum(1) / safe
+    var = (((y - mean[:, None]) ** 2) * member).sum(1) / safe
+    return cnt, mean, torch.maximum(var, floor)
+
+
+def _log_weighted_density(y, cnt, total, mean, var):
+    """``log(β_r φ(y; μ_r, σ_r))`` with β_r = n_r / |M|; -inf for an empty component."""
+    log_beta = torch.where(cnt > 0, torch.log(cnt / total.clamp_min(1.0)), torch.full_like(cnt, -math.inf))
+    return (log_beta - 0.5 * torch.log(2 * math.pi * var))[:, None] - (y - mean[:, None]) ** 2 / (2 * var[:, None])
+
+
+def variance_floor(y: torch.Tensor, valid: torch.Tensor,
+                   rel: float = VAR_FLOOR_REL, abs_: float = VAR_FLOOR_ABS) -> torch.Tensor:
+    """``[C]`` floor for the component variances: ``rel·Var(valid y) + abs``."""
+    total = valid.sum(1).to(y.dtype).clamp_min(1.0)
+    mean = (y * valid).sum(1) / total
+    var = (((y - mean[:, None]) ** 2) * valid).sum(1) / total
+    return rel * var + abs_
+
+
+def em_two_gaussians(y: torch.Tensor, valid: torch.Tensor, init_a: torch.Tensor,
+                     max_steps: int = MAX_EM_STEPS, rel_floor: float = VAR_FLOOR_REL,
+                     abs_floor: float = VAR_FLOOR_ABS) -> EMResult:
+    """Hard-assignment EM for two 1-D Gaussians, batched over rows (papers/001 Eq. 15-17).
+
+    ``y [C, m]`` values, ``valid [C, m]`` which of them exist, ``init_a``
+    the valid entries that start in component A (the rest start in B).
+    Alternates the estimates (mean, variance, weight of each component) and
+    the assignment ``argmax_r β_r φ(y; μ_r, σ_r)`` (ties go to A) until no
+    assignment changes, at most ``max_steps`` updates.  Variances are floored
+    at ``rel_floor·Var(y) + abs_floor`` per row.  A row whose EM ends with a
+    component empty (fewer than two values, all values equal, ...) is flagged
+    in ``empty``.
+    """
+    y = torch.where(valid, y.to(torch.float64), torch.zeros((), dtype=torch.float64, device=y.device))
+    a = init_a & valid
+    floor = variance_floor(y, valid, rel_floor, abs_floor)
+    total = valid.sum(1).to(y.dtype)
+    steps = torch.zeros(y.shape[0], dtype=torch.int64, device=y.device)
+    for _ in range(max_steps):  # EM steps, each vectorized over clients
+        b = valid & ~a
+        cnt_a, mean_a, var_a = _component_stats(y, a, floor)
+        cnt_b, mean_b, var_b = _component_stats(y, b, floor)
+        log_a = _log_weighted_density(y, cnt_a, total, mean_a, var_a)
+        log_b = _log_weighted_density(y, cnt_b, total, mean_b, var_b)
+        new_a = valid & (log_a >= log_b)
+        changed = (new_a != a).any(1)
+        if not bool(changed.any()):
+            break
+        steps += changed.to(torch.int64)
+        a = new_a
+    b = valid & ~a
+    cnt_a, mean_a, _ = _component_stats(y, a, floor)
+    cnt_b, mean_b, _ = _component_stats(y, b, floor)
+    empty = (cnt_a == 0) | (cnt_b == 0)
+    a_high = mean_a >= mean_b
+    high = torch.where(a_high[:, None], a, b)
+    return EMResult(high=high, empty=empty, assign_a=a, steps=steps)
+
+
+def hnm_draw(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor,
+             self_mask: torch.Tensor, l: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(C_i, S_i)`` as bool ``[C, n]``: l uniform non-neighbours (never i)
+    and l uniform neighbours (all of ``N_i`` if it has ≤ l)."""
+    cand = rng.choose_from_mask(seed, round_, "hnm_candidates", client_ids, ~neighbors & ~self_mask, l)
+    sample = rng.choose_from_mask(seed, round_, "hnm_sample", client_ids, neighbors, l)
+    return cand, sample
+
+
+def pack_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Column indices ``[C, m]`` of each row's True entries (first, in index
+    order), m = the largest row count, and the ``[C, m]`` validity mask."""
+    m = int(mask.sum(1).max()) if mask.numel() else 0
+    order = torch.sort(mask.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :m]
+    return order, mask.gather(1, order)
+
+
+def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor,
+               similarity: torch.Tensor, **em_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """One HNM step (papers/001 Eq. 18): ``(new N [C, n], failed [C])``.
+
+    ``similarity [C, n]`` must hold ``s_ij`` on ``M = C ∪ S``.  S starts in
+    component A, C in B; ``H`` is the higher-mean component and
+    ``N ← (N \\ S) ∪ H``.  Where EM ends with a component empty, N is left
+    unchanged and ``failed`` is True.
+    """
+    pool = cand | sample
+    idx, valid = pack_rows(pool)
+    if idx.shape[1] == 0:
+        return neighbors.clone(), torch.ones(neighbors.shape[0], dtype=torch.bool, device=neighbors.device)
+    res = em_two_gaussians(similarity.gather(1, idx), valid, sample.gather(1, idx) & valid, **em_kwargs)
+    high = torch.zeros_like(neighbors)
+    high.scatter_(1, idx, res.high & valid)
+    high &= pool
+    updated = (neighbors & ~sample) | high
+    return torch.where(res.empty[:, None], neighbors, updated), res.empty
+
+
+def draw_average(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor, k: int) -> torch.Tensor:
+    """Whom to average with this round of stage two: k uniform from ``N_i`` (all if fewer)."""
+    return rng.choose_from_mask(seed, round_, "neighbors", client_ids, neighbors, k)

@@ -1,0 +1,145 @@
+"""PENS (SPEC §4) with hand-made losses, against a plain per-client loop."""
+
+import math
+
+import torch
+
+from fedclust import rng
+from fedclust.algorithms.base import Context, RoundView
+from fedclust.algorithms.pens import PensState, fixed_list, make_pens, pens_threshold
+from fedclust.config import Config
+from fedclust.errors import ConfigError
+
+N, T1, L, K, SEED = 12, 6, 4, 2, 11
+
+
+def loss_table():
+    """F_i(w_j): client i's loss of peer j's model, hand-made.  Client 0's
+    loss grows with the peer's index; other rows are fixed random values."""
+    g = torch.Generator().manual_seed(2)
+    table = 1.0 + torch.rand(N, N, generator=g, dtype=torch.float64)
+    table[0] = torch.tensor([9.0, 0.1, 0.2, 0.3] + [5.0 + j for j in range(N - 4)], dtype=torch.float64)
+    return table
+
+
+def make_ctx(ids):
+    ids = torch.as_tensor(ids)
+    table = loss_table()
+
+    def pair_loss(models, local_index):
+        # model of peer j is the j-th unit vector: read j back from it
+        return table[ids[local_index], models.argmax(1)].to(torch.float32)
+
+    return Context(n=N, client_ids=ids, clusters=torch.zeros(N, dtype=torch.int64), seed=SEED,
+                   stage1_rounds=T1, w0=torch.zeros(N), device=torch.device("cpu"), pair_loss=pair_loss)
+
+
+def config():
+    cfg = Config()
+    cfg.algorithm.k, cfg.algorithm.l = K, L
+    cfg.stage1_rounds = T1
+    return cfg
+
+
+def run(ids, rounds):
+    alg = make_pens(config())
+    ctx = make_ctx(ids)
+    models = torch.eye(N)
+    state = alg.init(ctx)
+    out = []
+    for t in range(1, rounds + 1):
+        view = RoundView(round=t, before=models[ctx.client_ids], after=models[ctx.client_ids], all_after=models)
+        state, mask = alg.select(state, ctx, view)
+        out.append((state, mask, alg.neighbor_list(state, mask)))
+    return out
+
+
+def plain_pens_lists():
+    """Reference, one client at a time: stage-one top k, counts and the fixed list."""
+    table = loss_table()
+    tops, lists, fell = [], [], []
+    for i in range(N):
+        counts = [0] * N
+        per_round = []
+        for t in range(1, T1 + 1):
+            allowed = torch.ones(1, N, dtype=torch.bool)
+            allowed[0, i] = False
+            cand = torch.nonzero(rng.choose_from_mask(SEED, t, "candidates", torch.tensor([i]), allowed, L)[0])
+            cand = sorted(cand.flatten().tolist(), key=lambda j: (-1.0 / float(table[i, j].float()), j))
+            top = set(cand[:K])
+            for j in top:
+                counts[j] += 1
+            per_round.append(top)
+        thr = math.ceil(T1 * (L + K) / N)
+        chosen = {j for j in range(N) if counts[j] > thr}
+        tops.append(per_round)
+        lists.append(chosen or per_round[-1])
+        fell.append(not chosen)
+    return tops, lists, fell
+
+
+def test_threshold():
+    assert pens_threshold(100, 10, 5, 100) == 15
+    assert pens_threshold(6, 4, 2, 12) == 3
+    assert pens_threshold(3, 4, 2, 20) == 1     # ceil(18/20)
+    assert pens_threshold(10, 4, 1, 50) == 1
+
+
+def test_fixed_list_and_fallback():
+    counts = torch.tensor([[0, 4, 3, 5], [1, 0, 2, 3], [0, 0, 0, 0]])
+    last = torch.tensor([[False, True, False, False], [True, False, True, False], [False, False, False, True]])
+    got, fell = fixed_list(counts, last, 3)
+    assert got.tolist() == [[False, True, False, True], [True, False, True, False], [False, False, False, True]]
+    assert fell.tolist() == [False, True, True]
+
+
+def test_pens_equals_plain_loop():
+    tops, lists, fell = plain_pens_lists()
+    assert any(fell) and not all(fell)          # the data exercise both branches
+    steps = run(range(N), T1 + 5)
+    for t, (state, mask, nl) in enumerate(steps, start=1):
+        assert isinstance(state, PensState)
+        assert not mask.diagonal().any() and not nl.diagonal().any()
+        if t <= T1:
+            for i in range(N):
+                assert set(torch.nonzero(mask[i]).flatten().tolist()) == tops[i][t - 1], (t, i)
+            assert torch.equal(mask, nl) and not state.formed
+        else:
+            assert state.formed and state.fell_back.tolist() == fell
+            for i in range(N):
+                assert set(torch.nonzero(nl[i]).flatten().tolist()) == lists[i], (t, i)
+                picked = set(torch.nonzero(mask[i]).flatten().tolist())
+                assert picked <= lists[i] and len(picked) == min(K, len(lists[i]))
+    # client 0's loss grows with the peer's index: its top k are its k lowest-numbered candidates
+    for state, mask, _ in steps[:T1]:
+        cand = torch.nonzero(~torch.isnan(state.last_similarity[0])).flatten().tolist()
+        assert torch.nonzero(mask[0]).flatten().tolist() == sorted(cand)[:K]
+    counts = steps[T1 - 1][0].counts
+    assert counts.sum(1).eq(T1 * K).all()
+
+
+def test_candidates_are_fresh_each_round():
+    steps = run(range(N), T1)
+    seen = [~torch.isnan(s.last_similarity) for s, _, _ in steps]
+    assert all(int(x.sum(1).max()) == L and int(x.sum(1).min()) == L for x in seen)
+    assert not all(torch.equal(seen[0], x) for x in seen[1:])
+
+
+def test_all_clients_equal_two_halves():
+    whole, low, high = run(range(N), T1 + 4), run(range(0, 5), T1 + 4), run(range(5, N), T1 + 4)
+    for (sw, mw, lw), (sl, ml, ll), (sh, mh, lh) in zip(whole, low, high):
+        assert torch.equal(mw, torch.cat([ml, mh])) and torch.equal(lw, torch.cat([ll, lh]))
+        assert torch.equal(sw.counts, torch.cat([sl.counts, sh.counts]))
+
+
+def test_refuses_no_stage_one():
+    cfg = config()
+    cfg.stage1_rounds = 0
+    try:
+        make_pens(cfg)
+    except ConfigError as exc:
+        assert exc.field == "stage1_rounds"
+    else:
+        raise AssertionError("stage1_rounds=0 accepted")
+    alg = make_pens(config())
+    assert (alg.name, alg.gathers_before) == ("pens", False)

@@ -1,0 +1,98 @@
+"""Similarity metrics (papers/001 Eq. 3-6) against plain per-pair loops."""
+
+import math
+
+import torch
+
+from fedclust.algorithms.similarity import NOT_COMPUTED, cosine_matrix, grad_similarity, loss_similarity
+
+
+def plain_cos(u, v):
+    nu, nv = math.sqrt(sum(x * x for x in u)), math.sqrt(sum(x * x for x in v))
+    if nu == 0 or nv == 0:
+        return 0.0
+    return sum(x * y for x, y in zip(u, v)) / (nu * nv)
+
+
+def world(n=7, P=11, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w0 = torch.randn(P, generator=g, dtype=torch.float64)
+    before = w0 + torch.randn(n, P, generator=g, dtype=torch.float64)
+    after = before + torch.randn(n, P, generator=g, dtype=torch.float64)
+    after[2] = before[2]          # client 2 did not move this round: Δ = 0
+    after[4] = w0                 # client 4 is back at w0: w - w0 = 0
+    before[4] = w0 + 1.0
+    return w0, before, after
+
+
+def test_grad_similarity_equals_per_pair_cosines():
+    w0, before, after = world()
+    n = after.shape[0]
+    alpha = 0.3
+    own = torch.arange(2, 6)                     # a rank holding clients 2..5
+    got = grad_similarity(after[own], before[own], after, before, w0, alpha)
+    assert got.shape == (4, n)
+    for r, i in enumerate(own.tolist()):
+        for j in range(n):
+            d_i, d_j = (after[i] - before[i]).tolist(), (after[j] - before[j]).tolist()
+            t_i, t_j = (after[i] - w0).tolist(), (after[j] - w0).tolist()
+            want = alpha * plain_cos(d_i, d_j) + (1 - alpha) * plain_cos(t_i, t_j)
+            assert abs(got[r, j].item() - want) < 1e-12, (i, j)
+
+
+def test_grad_similarity_is_symmetric_and_finite():
+    w0, before, after = world(n=9, P=5, seed=1)
+    s = grad_similarity(after, before, after, before, w0, 0.5)
+    assert torch.isfinite(s).all()
+    assert torch.allclose(s, s.T, atol=1e-12)
+    assert s.abs().max() <= 1 + 1e-12
+
+
+def test_cosine_matrix_handles_zero_rows():
+    a = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
+    b = torch.tensor([[0.0, 2.0], [0.0, 0.0], [3.0, 0.0]])
+    assert torch.equal(cosine_matrix(a, b), torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]))
+
+
+def make_pair_loss(targets, own_ids, calls):
+    """Fake engine: loss of model m on client c's data = squared distance to c's target, plus 0.5."""
+    def pair_loss(models, local_index):
+        calls.append(models.shape[0])
+        t = targets[own_ids[local_index]]
+        return ((models - t) ** 2).sum(1) + 0.5
+    return pair_loss
+
+
+def test_loss_similarity_equals_per_pair_call():
+    g = torch.Generator().manual_seed(3)
+    n, P = 8, 6
+    all_after = torch.randn(n, P, generator=g)
+    targets = torch.randn(n, P, generator=g)
+    own = torch.tensor([3, 4, 5])
+    mask = torch.rand(3, n, generator=g) < 0.5
+    mask[own - 3, own] = False
+    calls = []
+    got = loss_similarity(make_pair_loss(targets, own, calls), all_after, mask)
+    for r in range(3):
+        for j in range(n):
+            if mask[r, j]:
+                loss = ((all_after[j] - targets[own[r]]) ** 2).sum() + 0.5
+                assert torch.allclose(got[r, j], 1.0 / loss, rtol=1e-6), (r, j)
+            else:
+                assert got[r, j].item() == NOT_COMPUTED
+    assert calls == [int(mask.sum())]          # one vectorized call for all pairs
+
+    chunked_calls = []
+    chunked = loss_similarity(make_pair_loss(targets, own, chunked_calls), all_after, mask, chunk=3)
+    assert torch.equal(chunked, got)
+    assert max(chunked_calls) <= 3 and sum(chunked_calls) == int(mask.sum())
+
+
+def test_loss_similarity_zero_loss_and_empty_mask():
+    all_after = torch.zeros(3, 2)
+    zero_loss = lambda models, idx: torch.zeros(models.shape[0])  # noqa: E731
+    mask = torch.tensor([[False, True, True]])
+    s = loss_similarity(zero_loss, all_after, mask)
+    assert torch.isfinite(s[0, 1:]).all() and s[0, 0].item() == NOT_COMPUTED
+    empty = loss_similarity(zero_loss, all_after, torch.zeros(1, 3, dtype=torch.bool))
+    assert (empty == NOT_COMPUTED).all()
