@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import torch
 
+from fedclust.algorithms.fedavg import check_weights
 from fedclust.errors import ConfigError
 
 EPS = 1e-12  # as the CFL reference code: cos = <a,b> / (‖a‖‖b‖ + 1e-12)
@@ -57,7 +58,9 @@ def update_norms(updates: torch.Tensor, weights: torch.Tensor | None = None) -> 
     if weights is None:
         mean = updates.mean(dim=0)
     else:
-        w = weights.to(updates.dtype)
+        w = check_weights(weights, updates.shape[0]).to(updates.dtype)
+        if w.sum() <= 0:
+            raise ValueError("weights sum to 0: give positive data sizes")
         mean = (w / w.sum()) @ updates
     return mean.norm(), updates.norm(dim=1).max()
 

@@ -15,7 +15,8 @@ Symbols (papers/003 §III):
   η_g      inter-group learning rate (Alg. 2 l. 22, default 0.01).
 
 Functions:
-  base_directions, ternary_similarity   Alg. 3 and Eq. 7-9;
+  base_directions, ternary_similarity,
+  decomposed_cosine                     Alg. 3 and Eq. 7-9;
   kmeans_pp, kmeans                     K-means++ on ℳ (Alg. 4 l. 3; Arthur &
                                         Vassilvitskii), own seeded implementation;
   group_cold_start                      Alg. 4;
@@ -128,6 +129,13 @@ def kmeans_pp(points: torch.Tensor, k: int, seed: int, restart: int = 0) -> torc
         chosen.append(idx)
         d2 = torch.minimum(d2, (x - x[idx]).pow(2).sum(dim=1))
     return torch.tensor(chosen, dtype=torch.int64, device=points.device)
+
+
+def decomposed_cosine(updates: torch.Tensor, n_directions: int = N_DIRECTIONS) -> torch.Tensor:
+    """ℳ of papers/003 Algorithm 3 in one call: ``ternary_similarity(ΔW,
+    base_directions(ΔW))`` → ``[αm, 3]``.  The paper always uses three
+    directions, whatever the number of groups."""
+    return ternary_similarity(updates, base_directions(updates, n_directions))
 
 
 def _nearest(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

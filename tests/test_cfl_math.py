@@ -1,0 +1,112 @@
+"""CFL math (fedclust.algorithms.cfl) against hand values, plain loops and
+scipy's complete-linkage clustering."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.cluster.hierarchy import cut_tree, linkage
+from scipy.spatial.distance import squareform
+
+from fedclust.algorithms.cfl import (
+    bipartition, complete_linkage_labels, pairwise_cosine, scaled_thresholds, should_split, update_norms,
+)
+from fedclust.errors import ConfigError
+
+
+def test_pairwise_cosine_matches_reference_loop():
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(6, 13, generator=g, dtype=torch.float64)
+    u[4] = 0.0                                                      # zero update: cosine 0
+    ref = torch.zeros(6, 6, dtype=torch.float64)
+    for i in range(6):                                              # CFL reference code's pairwise_angles
+        for j in range(6):
+            ref[i, j] = torch.sum(u[i] * u[j]) / (torch.norm(u[i]) * torch.norm(u[j]) + 1e-12)
+    assert torch.allclose(pairwise_cosine(u), ref)
+    assert torch.allclose(torch.diag(pairwise_cosine(u))[[0, 1, 2, 3, 5]], torch.ones(5, dtype=torch.float64))
+
+
+def test_update_norms_by_hand():
+    u = torch.tensor([[2.0, 0.0], [-2.0, 0.0], [0.0, 0.3]])
+    mean_norm, max_norm = update_norms(u)
+    assert mean_norm.item() == pytest.approx(0.1)
+    assert max_norm.item() == pytest.approx(2.0)
+    mean_norm, _ = update_norms(u, torch.tensor([1.0, 0.0, 1.0]))  # weighted: mean of rows 0 and 2
+    assert mean_norm.item() == pytest.approx(np.hypot(1.0, 0.15))
+
+
+def test_should_split_by_hand():
+    u = torch.tensor([[2.0, 0.0], [-2.0, 0.0], [0.0, 0.3]])         # mean 0.1 < 0.4, max 2 > 1.6
+    assert should_split(u, 0.4, 1.6)
+    assert not should_split(u[:2], 0.4, 1.6)                        # only 2 clients: never
+    assert not should_split(u, 0.4, 1.6, min_clients=4)
+    assert not should_split(u, 0.05, 1.6)                           # mean not small enough
+    assert not should_split(u, 0.4, 2.5)                            # no client large enough
+    assert not should_split(u + torch.tensor([1.0, 0.0]), 0.4, 1.6)  # mean norm 1 > 0.4
+    assert not should_split(torch.zeros(0, 2), 0.4, 1.6)
+
+
+@pytest.mark.parametrize("eps1,eps2", [(0.0, 1.6), (0.4, -1.0), (float("nan"), 1.6)])
+def test_should_split_bad_thresholds(eps1, eps2):
+    with pytest.raises(ConfigError, match="algorithm.eps"):
+        should_split(torch.ones(3, 2), eps1, eps2)
+
+
+def test_scaled_thresholds_by_hand():
+    assert scaled_thresholds(1.6) == pytest.approx((0.4, 1.6))     # reference = eps2: the defaults
+    assert scaled_thresholds(0.8) == pytest.approx((0.2, 0.8))     # eps2 = warm-up mean norm, eps1 = eps2/4
+    assert scaled_thresholds(0.8, lr_ratio=0.5) == pytest.approx((0.1, 0.4))
+    assert scaled_thresholds(2.0, eps1=0.1, eps2=1.0) == pytest.approx((0.2, 2.0))
+    with pytest.raises(ConfigError, match="reference_norm"):
+        scaled_thresholds(0.0)
+
+
+def _scipy_labels(S, k):
+    D = np.clip(1.0 - S, 0.0, None)                 # monotone in -S: same complete-linkage tree
+    np.fill_diagonal(D, 0.0)
+    Z = linkage(squareform(D, checks=False), method="complete")
+    return cut_tree(Z, n_clusters=k).flatten()
+
+
+def _same_partition(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return all(len(set(b[a == x])) == 1 for x in set(a)) and len(set(a)) == len(set(b))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_bipartition_matches_scipy(seed):
+    g = torch.Generator().manual_seed(seed)
+    m = 3 + seed * 4
+    u = torch.randn(m, 20, generator=g, dtype=torch.float64)
+    u[: m // 2] += 1.5 * torch.randn(20, generator=g, dtype=torch.float64)   # two loose groups
+    S = pairwise_cosine(u)
+    a, b = bipartition(S)
+    ours = np.zeros(m, dtype=int)
+    ours[b.numpy()] = 1
+    assert _same_partition(ours, _scipy_labels(S.numpy(), 2))
+    assert 0 in a.tolist() and sorted(a.tolist() + b.tolist()) == list(range(m))
+    assert a.dtype == torch.int64 and len(a) > 0 and len(b) > 0
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_complete_linkage_matches_scipy_for_more_clusters(k):
+    g = torch.Generator().manual_seed(11)
+    u = torch.randn(25, 8, generator=g, dtype=torch.float64)
+    S = pairwise_cosine(u)
+    ours = complete_linkage_labels(-S, k).numpy()
+    assert _same_partition(ours, _scipy_labels(S.numpy(), k))
+    assert ours[0] == 0 and sorted(set(ours)) == list(range(k))
+
+
+def test_bipartition_by_hand():
+    # rotation-like: clients 0, 2, 3 push one way, 1 and 4 the opposite way
+    d = torch.tensor([1.0, 0.0, 0.0])
+    u = torch.stack([d, -d, d + 0.1, d - 0.05, -d + 0.2])
+    a, b = bipartition(pairwise_cosine(u))
+    assert a.tolist() == [0, 2, 3] and b.tolist() == [1, 4]
+    a, b = bipartition(torch.tensor([[1.0, 0.2], [0.2, 1.0]]))
+    assert a.tolist() == [0] and b.tolist() == [1]
+
+
+def test_bipartition_rejects_one_client():
+    with pytest.raises(ValueError, match="m >= 2"):
+        bipartition(torch.ones(1, 1))
