@@ -77,6 +77,7 @@ class Config:
     device: str = "auto"            # auto | cpu | cuda
     eval_every: int = 1             # evaluate every this many rounds (and the last)
     progress: bool = True           # progress bar on rank 0
+    figures: bool = True            # write PNG figures into the run directory at the end
 
 
 # ----------------------------------------------------------------------------

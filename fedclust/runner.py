@@ -75,6 +75,9 @@ def run(cfg, out: str | None = None) -> dict:
     bar = _progress(cfg) if rank == 0 else None
     history: list[dict] = []
     last_lists = None
+    stage1_end = min(cfg.stage1_rounds, cfg.rounds)
+    stage1_counts = torch.zeros(len(client_ids), n, dtype=torch.int32, device=device)
+    saved: dict[str, np.ndarray] = {"clusters": data.clusters.cpu().numpy()}
     try:
         for t in range(1, cfg.rounds + 1):
             t0 = time.time()
@@ -97,6 +100,10 @@ def run(cfg, out: str | None = None) -> dict:
             state, averaged = algo.select(state, ctx, view)
             flat = gossip(averaged, ctx.self_mask, all_after)
             seconds = time.time() - t0
+            if t <= stage1_end:
+                stage1_counts += averaged.to(torch.int32)
+            if t == stage1_end:
+                saved.update(_stage1_arrays(fabric, n, state, stage1_counts))
 
             if t % cfg.eval_every == 0 or t == cfg.rounds:
                 lists = algo.neighbor_list(state, averaged)
@@ -111,7 +118,14 @@ def run(cfg, out: str | None = None) -> dict:
                 bar.update(1)
         summary = _summary(cfg, history, last_lists, data.clusters, time.time() - started)
         if writer:
+            if last_lists is not None:
+                saved["final_lists"] = last_lists
+            np.savez_compressed(writer.dir / "neighbors.npz", **saved)
             writer.write_summary(summary)
+            if cfg.figures:
+                from fedclust.figures import write_run_figures
+
+                write_run_figures(writer.dir, summary, cfg)
     finally:
         if bar is not None:
             bar.close()
@@ -120,6 +134,16 @@ def run(cfg, out: str | None = None) -> dict:
     if rank == 0:
         print(_summary_text(summary, out))
     return summary
+
+
+def _stage1_arrays(fabric, n, state, counts) -> dict:
+    """Who averaged with whom over stage one, and client 0's last
+    similarities (client 0 is on rank 0), for the figures."""
+    out = {"stage1_counts": gather_rows(fabric, counts, n).cpu().numpy()}
+    sim = getattr(state, "last_similarity", None)
+    if fabric.global_rank == 0 and sim is not None:
+        out["similarity_client0"] = sim[0].float().cpu().numpy()
+    return out
 
 
 def _progress(cfg):

@@ -1,0 +1,99 @@
+"""``fedclust report RUN_DIR ...``: a results table (mean ± std over seeds
+per algorithm) beside papers/001 Table 2's Fashion-MNIST column, and one
+figure with every run's accuracy curve."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+# papers/001 Table 2, FMNIST column (SPEC §7): mean and std over 3 seeds.
+PAPER_FMNIST = {
+    "local": (76.24, 0.22), "fixtopology": (85.86, 0.17), "random": (85.94, 0.27), "oracle": (87.01, 0.26),
+    "pens": (86.82, 0.11), "panm_loss": (87.33, 0.17), "panm_grad": (86.88, 0.34),
+}
+ORDER = ["local", "fixtopology", "random", "oracle", "pens", "panm_loss", "panm_grad",
+         "fedavg", "fedprox", "ifca", "cfl", "fedgroup", "fedgrouprox", "fpfc"]
+
+
+def load_runs(dirs) -> list[dict]:
+    runs = []
+    for d in dirs:
+        p = Path(d) / "summary.json"
+        if p.is_file():
+            s = json.loads(p.read_text())
+            s["_dir"] = str(d)
+            runs.append(s)
+    return runs
+
+
+def _mean_std(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def _fmt(m, s, digits=2):
+    return "" if m is None else f"{m:.{digits}f} ±{s:.{digits}f}"
+
+
+def table(runs: list[dict]) -> str:
+    by_alg: dict[str, list[dict]] = {}
+    for r in runs:
+        by_alg.setdefault(r["algorithm"], []).append(r)
+    head = ("| method | seeds | final acc. (ours) | paper | diff | best acc. | precision | recall | clusters | ARI "
+            "| s/round |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = [head]
+    for alg in sorted(by_alg, key=lambda a: ORDER.index(a) if a in ORDER else 99):
+        rs = by_alg[alg]
+        fm, fs = _mean_std([r["final_accuracy"] for r in rs])
+        bm, bs = _mean_std([r["best_accuracy"] for r in rs])
+        pm, ps = _mean_std([r.get("neighbor_precision") for r in rs])
+        qm, qs = _mean_std([r.get("neighbor_recall") for r in rs])
+        km, _ = _mean_std([r.get("num_clusters") for r in rs])
+        am, as_ = _mean_std([r.get("ari") for r in rs])
+        tm, _ = _mean_std([r.get("mean_round_seconds") for r in rs])
+        paper = PAPER_FMNIST.get(alg)
+        rows.append("| " + " | ".join([
+            alg, str(len(rs)), _fmt(fm, fs), _fmt(*paper) if paper else "",
+            f"{fm - paper[0]:+.2f}" if paper and fm is not None else "", _fmt(bm, bs), _fmt(pm, ps, 3),
+            _fmt(qm, qs, 3), "" if km is None else f"{km:.1f}", _fmt(am, as_, 3),
+            "" if tm is None else f"{tm:.2f}"]) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def curves(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in sorted(runs, key=lambda r: (r["algorithm"], r.get("seed", 0))):
+        recs = [json.loads(x) for x in (Path(r["_dir"]) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        ax.plot([x["round"] for x in recs], [x["accuracy"] for x in recs], lw=1,
+                label=f"{r['algorithm']} s{r.get('seed', 0)}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("mean test accuracy (%)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="fedclust report", description=__doc__)
+    p.add_argument("runs", nargs="+", help="run directories (each with summary.json)")
+    p.add_argument("--curves", help="write a PNG of all accuracy curves here")
+    args = p.parse_args(argv)
+    runs = load_runs(args.runs)
+    if not runs:
+        print("fedclust report: no summary.json in the given directories")
+        return 2
+    print(table(runs), end="")
+    if args.curves:
+        curves(runs, Path(args.curves))
+    return 0
