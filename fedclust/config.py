@@ -130,6 +130,11 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
             return int(value)
         raise ConfigError(path, value, "expected a whole number")
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         raise ConfigError(path, value, "expected a number")
@@ -149,6 +154,9 @@ def _merge(obj: Any, mapping: dict, prefix: str = "") -> None:
     for key, value in mapping.items():
         path = f"{prefix}{key}"
         if key not in types:
+            while isinstance(value, dict) and value:  # name the full dotted key of a misspelt section
+                key, value = next(iter(value.items()))
+                path = f"{path}.{key}"
             raise _unknown_key(path)
         tp = types[key]
         if dataclasses.is_dataclass(tp):
