@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from fedclust.config_methods import CflConfig, FedGroupConfig, FedProxConfig, FpfcConfig, IfcaConfig
 from fedclust.errors import ConfigError
 
 
@@ -68,6 +69,12 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    fedprox: FedProxConfig = field(default_factory=FedProxConfig)
+    ifca: IfcaConfig = field(default_factory=IfcaConfig)
+    cfl: CflConfig = field(default_factory=CflConfig)
+    fedgroup: FedGroupConfig = field(default_factory=FedGroupConfig)
+    fpfc: FpfcConfig = field(default_factory=FpfcConfig)
+    participation: float = 1.0      # share of clients taking part each round (centralized methods)
     model: str = "auto"             # auto | mlp | cnn
     clients: int = 100
     rounds: int = 300               # total rounds (stage one + stage two)
@@ -278,6 +285,9 @@ def validate(cfg: Config) -> None:
     _positive("train.batch_size", t.batch_size)
     _positive("train.local_epochs", t.local_epochs)
     _one_of("wandb.mode", cfg.wandb.mode, {"online", "offline"})
+    from fedclust.config_methods import validate_methods
+
+    validate_methods(cfg)
     from fedclust.data import check_data
 
     check_data(cfg.data, cfg.clients)

@@ -17,14 +17,13 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms import registry
-from fedclust.algorithms.base import Context, RoundView
+from fedclust.algorithms.base import Context, RoundView, as_round_algorithm
 from fedclust.data import load_federated
 from fedclust.dist import gather_rows, make_fabric, shard_bounds
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.train import TrainSettings, evaluate, pair_losses, train_round
 from fedclust.errors import DivergenceError
-from fedclust.metrics import cluster_recovery, nanmean, neighbor_precision_recall
-from fedclust.mixing import gossip
+from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
 from fedclust.models import build_model, default_arch
 from fedclust.outputs import RunWriter, check_out, default_out
 
@@ -67,27 +66,31 @@ def run(cfg, out: str | None = None) -> dict:
 
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=data.clusters.to(device), seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0, device=device, pair_loss=pair_loss)
-    algo = registry.build(cfg)
+    algo = as_round_algorithm(registry.build(cfg))
     state = algo.init(ctx)
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)
     writer = RunWriter(cfg, out) if rank == 0 else None
     bar = _progress(cfg) if rank == 0 else None
     history: list[dict] = []
-    last_lists = None
+    final_lists = final_assignment = None
     stage1_end = min(cfg.stage1_rounds, cfg.rounds)
     stage1_counts = torch.zeros(len(client_ids), n, dtype=torch.int32, device=device)
+    traffic = Traffic(len(client_ids), device)
     saved: dict[str, np.ndarray] = {"clusters": data.clusters.cpu().numpy()}
     try:
         for t in range(1, cfg.rounds + 1):
             t0 = time.time()
             settings.lr = cfg.train.lr * cfg.train.lr_decay ** (t - 1)
-            before = flat.clone() if algo.gathers_before else None
+            state, plan = algo.plan(state, ctx, t, flat)
+            flat = flat if plan.start is flat else plan.start.contiguous().clone()  # trained in place
+            before = flat.clone()  # this rank's models before local training
             orders = rng.batch_orders(cfg.seed, t, client_ids, cfg.train.local_epochs, data.train_x.shape[1]).to(device)
-            train_loss = train_round(flat, layout, arch, data.train_x, data.train_y, orders, settings)
+            train_loss = train_round(flat, layout, arch, data.train_x, data.train_y, orders, settings,
+                                     anchor=plan.anchor, mu=plan.mu)
 
             rows = [flat, train_loss[:, None].to(flat.dtype)]
-            if before is not None:
+            if algo.gathers_before:
                 rows.append(before)
             gathered = gather_rows(fabric, torch.cat(rows, dim=1), n)  # the round's one all-gather
             P = flat.shape[1]
@@ -95,20 +98,21 @@ def run(cfg, out: str | None = None) -> dict:
             bad = (~torch.isfinite(all_loss)).nonzero().flatten().tolist()
             if bad:
                 raise DivergenceError(t, bad)
-            view = RoundView(round=t, before=before if before is not None else flat, after=flat,
-                             all_after=all_after, all_before=gathered[:, P + 1:] if before is not None else None)
-            state, averaged = algo.select(state, ctx, view)
-            flat = gossip(averaged, ctx.self_mask, all_after)
+            view = RoundView(round=t, before=before, after=flat, all_after=all_after,
+                             all_before=gathered[:, P + 1:] if algo.gathers_before else None)
+            state, result = algo.aggregate(state, ctx, view)
+            flat = result.models
+            traffic.add(result)
             seconds = time.time() - t0
-            if t <= stage1_end:
-                stage1_counts += averaged.to(torch.int32)
+            if result.averaged is not None and t <= stage1_end:
+                stage1_counts += result.averaged.to(torch.int32)
             if t == stage1_end:
                 saved.update(_stage1_arrays(fabric, n, state, stage1_counts))
 
             if t % cfg.eval_every == 0 or t == cfg.rounds:
-                lists = algo.neighbor_list(state, averaged)
-                record = _evaluate_round(fabric, cfg, data, ctx, layout, arch, flat, lists, t, all_loss, seconds)
-                last_lists = record.pop("_lists")
+                record, final_lists = _evaluate_round(fabric, cfg, data, ctx, layout, arch, flat, result, traffic,
+                                                      t, all_loss, seconds)
+                final_assignment = result.assignment
                 history.append(record)
                 if writer:
                     writer.log_round(record)
@@ -116,10 +120,12 @@ def run(cfg, out: str | None = None) -> dict:
                     bar.set_postfix(acc=f"{record['accuracy']:.2f}")
             if bar is not None:
                 bar.update(1)
-        summary = _summary(cfg, history, last_lists, data.clusters, time.time() - started)
+        summary = _summary(cfg, history, final_lists, final_assignment, data.clusters, time.time() - started)
         if writer:
-            if last_lists is not None:
-                saved["final_lists"] = last_lists
+            if final_lists is not None:
+                saved["final_lists"] = final_lists
+            if final_assignment is not None:
+                saved["assignment"] = final_assignment.cpu().numpy()
             np.savez_compressed(writer.dir / "neighbors.npz", **saved)
             writer.write_summary(summary)
             if cfg.figures:
@@ -134,6 +140,27 @@ def run(cfg, out: str | None = None) -> dict:
     if rank == 0:
         print(_summary_text(summary, out))
     return summary
+
+
+class Traffic:
+    """Communication in whole models (SPEC §6): per own client received so
+    far, the server's totals, and the most any node received in a round."""
+
+    def __init__(self, clients: int, device):
+        self.received = torch.zeros(clients, dtype=torch.float64, device=device)
+        self.max_round = torch.zeros(clients, dtype=torch.float64, device=device)  # per own client
+        self.server_received = 0
+        self.server_sent = 0
+        self.server_max = 0
+
+    def add(self, result) -> None:
+        if result.received is not None:
+            r = result.received.to(self.received)
+            self.received += r
+            self.max_round = torch.maximum(self.max_round, r)
+        self.server_received += result.server_received
+        self.server_sent += result.server_sent
+        self.server_max = max(self.server_max, result.server_received)
 
 
 def _stage1_arrays(fabric, n, state, counts) -> dict:
@@ -152,28 +179,46 @@ def _progress(cfg):
     return tqdm(total=cfg.rounds, desc=cfg.algorithm.name, unit="round", disable=not cfg.progress)
 
 
-def _evaluate_round(fabric, cfg, data, ctx, layout, arch, flat, lists, t, all_train_loss, seconds) -> dict:
+def _evaluate_round(fabric, cfg, data, ctx, layout, arch, flat, result, traffic, t, all_train_loss, seconds):
+    """Mean test accuracy and loss, neighbour precision/recall and traffic,
+    gathered from every rank; returns the record and all neighbour lists."""
     acc, loss = evaluate(flat, layout, arch, data.test_x, data.test_y)
+    C = len(ctx.client_ids)
+    lists = result.lists if result.lists is not None else torch.zeros(C, cfg.clients, dtype=torch.bool,
+                                                                        device=flat.device)
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
-    local = torch.stack([acc.double(), loss.double(), precision.double(), recall.double()], dim=1)
-    everyone = gather_rows(fabric, torch.cat([local.to(flat.dtype), lists.to(flat.dtype)], dim=1), cfg.clients)
-    acc_all, loss_all, prec_all, rec_all = (everyone[:, i].double().cpu() for i in range(4))
-    all_lists = everyone[:, 4:].bool().cpu().numpy()
-    return {
+    local = torch.stack([acc.double(), loss.double(), precision.double(), recall.double(),
+                         traffic.received.double(), traffic.max_round.double()], dim=1)
+    everyone = gather_rows(fabric, torch.cat([local, lists.double()], dim=1), cfg.clients)
+    acc_all, loss_all, prec_all, rec_all, recv_all, maxr_all = (everyone[:, i].cpu() for i in range(6))
+    all_lists = everyone[:, 6:].bool().cpu().numpy() if result.lists is not None else None
+    clients_received = float(recv_all.sum())
+    # Every model a client receives was sent by a peer or the server; clients
+    # send one model per upload the server receives.
+    record = {
         "round": t,
         "stage": 1 if t <= cfg.stage1_rounds else 2,
         "accuracy": 100.0 * float(acc_all.mean()),
         "loss": float(loss_all.mean()),
         "train_loss": float(all_train_loss.double().mean()),
-        "neighbor_precision": nanmean(prec_all),
-        "neighbor_recall": nanmean(rec_all),
+        "neighbor_precision": nanmean(prec_all) if all_lists is not None else None,
+        "neighbor_recall": nanmean(rec_all) if all_lists is not None else None,
+        "models_received_total": clients_received + traffic.server_received,
+        "models_sent_total": clients_received + traffic.server_received,
+        "max_models_received_per_round": max(float(maxr_all.max()), float(traffic.server_max)),
         "round_seconds": seconds,
         "client_accuracy": [round(100.0 * float(a), 2) for a in acc_all],
-        "_lists": all_lists,
     }
+    if all_lists is not None and all_lists.any():
+        record.update(cluster_recovery(all_lists, ctx.clusters.cpu().numpy()))
+    elif result.assignment is not None:
+        labels = result.assignment.cpu().numpy()
+        record.update({"num_clusters": int(len(np.unique(labels))),
+                       "ari": adjusted_rand_index(ctx.clusters.cpu().numpy(), labels)})
+    return record, all_lists
 
 
-def _summary(cfg, history, lists, clusters, wall) -> dict:
+def _summary(cfg, history, lists, assignment, clusters, wall) -> dict:
     final = history[-1]
     best = max(history, key=lambda r: r["accuracy"])
     summary = {
@@ -188,11 +233,15 @@ def _summary(cfg, history, lists, clusters, wall) -> dict:
         "rounds_completed": final["round"],
         "neighbor_precision": final["neighbor_precision"],
         "neighbor_recall": final["neighbor_recall"],
+        "num_clusters": final.get("num_clusters"),
+        "ari": final.get("ari"),
+        "models_sent_total": final["models_sent_total"],
+        "models_received_total": final["models_received_total"],
+        "max_models_received_per_round": final["max_models_received_per_round"],
+        "models_received_per_client": final["models_received_total"] / cfg.clients,
         "wall_seconds": wall,
         "mean_round_seconds": float(np.mean([r["round_seconds"] for r in history])),
     }
-    if lists is not None and lists.any():
-        summary.update(cluster_recovery(lists, clusters.cpu().numpy()))
     return summary
 
 

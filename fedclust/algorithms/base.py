@@ -65,3 +65,85 @@ class PeerAlgorithm(Protocol):
     def neighbor_list(self, state: Any, averaged: torch.Tensor) -> torch.Tensor:
         """The bool [C, n] neighbour list scored by precision and recall (SPEC §6).
         ``averaged`` is this round's mask from ``select``."""
+
+
+@dataclass
+class RoundPlan:
+    """What each of this rank's clients trains from in a round."""
+
+    start: torch.Tensor                  # [C, P] models local training starts from
+    anchor: torch.Tensor | None = None   # [C, P] proximal centre (FedProx, FPFC); None: plain SGD
+    mu: float = 0.0                      # proximal weight: grad += mu * (w - anchor)
+
+
+@dataclass
+class RoundResult:
+    """What a round leaves: the models clients hold (and are evaluated
+    with), and what the metrics need."""
+
+    models: torch.Tensor                        # [C, P] each own client's model after the round
+    lists: torch.Tensor | None = None           # [C, n] bool neighbour lists (peer-to-peer) for precision/recall
+    averaged: torch.Tensor | None = None        # [C, n] bool whom each own client averaged with this round
+    assignment: torch.Tensor | None = None      # [n] long cluster of every client (centralized), replicated
+    received: torch.Tensor | None = None        # [C] models each own client received this round
+    server_received: int = 0                    # models the server received this round (0: no server)
+    server_sent: int = 0                        # models the server sent this round
+
+
+class RoundAlgorithm(Protocol):
+    """The runner's view of any algorithm (peer-to-peer ones through
+    ``PeerRound``): plan the round's local training, then aggregate."""
+
+    name: str
+    gathers_before: bool
+
+    def init(self, ctx: Context) -> Any: ...
+
+    def plan(self, state: Any, ctx: Context, round_: int, models: torch.Tensor) -> tuple[Any, RoundPlan]: ...
+
+    def aggregate(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, RoundResult]: ...
+
+
+@dataclass
+class PeerRound:
+    """Adapts a PeerAlgorithm: train from the held models, then the gossip
+    average of SPEC §4 as one mixing-matrix product.
+
+    A client receives the models of every peer it averages with and of every
+    peer whose similarity it computes (``contacted``, if the algorithm has it)."""
+
+    peer: Any
+
+    @property
+    def name(self) -> str:
+        return self.peer.name
+
+    @property
+    def gathers_before(self) -> bool:
+        return self.peer.gathers_before
+
+    def init(self, ctx: Context) -> Any:
+        return self.peer.init(ctx)
+
+    def plan(self, state, ctx: Context, round_: int, models: torch.Tensor):
+        return state, RoundPlan(start=models)
+
+    def aggregate(self, state, ctx: Context, view: RoundView):
+        from fedclust.mixing import gossip
+
+        state, averaged = self.peer.select(state, ctx, view)
+        contacted = averaged
+        if hasattr(self.peer, "contacted"):
+            contacted = contacted | self.peer.contacted(state, view.round)
+        contacted = contacted & ~ctx.self_mask
+        return state, RoundResult(
+            models=gossip(averaged, ctx.self_mask, view.all_after),
+            lists=self.peer.neighbor_list(state, averaged),
+            averaged=averaged,
+            received=contacted.sum(1),
+        )
+
+
+def as_round_algorithm(algo) -> RoundAlgorithm:
+    """Peer algorithms (with ``select``) are wrapped; others pass through."""
+    return PeerRound(algo) if hasattr(algo, "select") else algo

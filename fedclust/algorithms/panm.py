@@ -36,6 +36,7 @@ class PanmState:
     last_similarity: torch.Tensor  # [C, n] float32: last computed s_ij, NaN where not computed
     similarity_round: int          # round of last_similarity (0: none yet)
     hnm_failed: torch.Tensor       # [C] bool: the last HNM step found no split and kept N_i
+    pool: torch.Tensor | None = None  # [C, n] bool: peers whose similarity was computed in similarity_round
 
 
 def similarity_for(metric: str, alpha: float, ctx: Context, view: RoundView, pool: torch.Tensor) -> torch.Tensor:
@@ -103,7 +104,7 @@ class PANM:
         sim = similarity_for(self.metric, self.alpha, ctx, view, pool)
         neighbors = top_k_in_mask(sim, pool, self.k)
         new = dataclasses.replace(
-            state, neighbors=neighbors, similarity_round=view.round,
+            state, neighbors=neighbors, similarity_round=view.round, pool=pool,
             last_similarity=recorded_similarity(sim, pool, self_mask, full=self.metric == "grad"))
         return new, neighbors
 
@@ -118,12 +119,18 @@ class PANM:
             sim = similarity_for(self.metric, self.alpha, ctx, view, pool)
             neighbors, failed = hnm_update(state.neighbors, cand, sample, sim)
             new = dataclasses.replace(
-                state, neighbors=neighbors, hnm_failed=failed, similarity_round=t,
+                state, neighbors=neighbors, hnm_failed=failed, similarity_round=t, pool=pool,
                 last_similarity=recorded_similarity(sim, pool, self_mask, full=self.metric == "grad"))
         return new, draw_average(ctx.seed, t, ctx.client_ids, new.neighbors, self.k)
 
     def neighbor_list(self, state: PanmState, averaged: torch.Tensor) -> torch.Tensor:
         return state.neighbors
+
+    def contacted(self, state: PanmState, round_: int) -> torch.Tensor:
+        """Peers whose models client i fetched this round to compute similarities."""
+        if state.pool is None or state.similarity_round != round_:
+            return torch.zeros_like(state.neighbors)
+        return state.pool
 
 
 def _make(cfg, metric: str) -> PANM:

@@ -85,6 +85,12 @@ class PENS:
             state = dataclasses.replace(state, fixed=fixed, fell_back=fell_back, formed=True)
         return state, rng.choose_from_mask(ctx.seed, t, "pens", ctx.client_ids, state.fixed, self.k)
 
+    def contacted(self, state: PensState, round_: int) -> torch.Tensor:
+        """Stage one fetches the l candidates' models to rank them; stage two none beyond the averaged."""
+        if state.similarity_round != round_:
+            return torch.zeros_like(state.counts, dtype=torch.bool)
+        return ~torch.isnan(state.last_similarity)
+
     def neighbor_list(self, state: PensState, averaged: torch.Tensor) -> torch.Tensor:
         """Stage one: this round's top k; stage two: the fixed list."""
         return state.fixed if state.formed else state.last_topk
