@@ -1,0 +1,10 @@
+"""Vectorized training engine: many clients' models as rows of one flat
+``[C, P]`` buffer (:mod:`.layout`), functional forwards of the SPEC §2
+models (:mod:`.functional`), local SGD, evaluation and cross-model losses
+for all clients at once (:mod:`.train`), and the plain per-client path they
+are checked against (:mod:`.reference`)."""
+
+from fedclust.engine.layout import ParamLayout
+from fedclust.engine.train import TrainSettings, evaluate, pair_losses, train_round
+
+__all__ = ["ParamLayout", "TrainSettings", "evaluate", "pair_losses", "train_round"]

@@ -1,0 +1,164 @@
+"""Functional forward passes of the SPEC §2 models on parameter dicts.
+
+Two forms:
+
+- :func:`forward_fn` — one client: ``params {name: [*shape]}``, ``x [B, *input]``
+  → logits ``[B, K]``; the plain form of :mod:`fedclust.models`, usable
+  under ``torch.func.vmap``.
+- :func:`batched_forward_fn` — C clients at once: ``params {name: [C, *shape]}``,
+  ``x [C, B, *input]`` → logits ``[C, B, K]``.  The engine evaluates with
+  this one and trains the CNN through ``torch.func.grad`` of it.
+- :func:`mlp_momentum_grads_` — the batched MLP's backward written out,
+  which the engine trains the MLP with (see :mod:`fedclust.engine.train`).
+
+The batched MLP is ``vmap`` of the single-client MLP (its linears become
+batched matmuls).  The batched CNN is written out by hand instead, because
+``vmap`` of ``F.conv2d`` (measured 2-3x slower than a per-client loop on a
+2-core CPU) reshapes every activation between layers: here the clients are
+stacked along the channel axis of one channels-last activation
+``[B, C·channels, H, W]`` for the whole convolutional trunk, each
+convolution is one grouped convolution (``groups=C``: client c's filters see
+only client c's channels), and only the two dense layers go through batched
+matmuls.  Max-pool is applied before ReLU: ``relu(maxpool(h)) ==
+maxpool(relu(h))`` in value and in gradient (both monotone; the gradient
+reaches the same first maximal element, or nothing when it is not
+positive), and ReLU then touches 4x fewer elements.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.func import vmap
+
+from fedclust.errors import ConfigError
+
+Params = dict[str, torch.Tensor]
+
+
+def mlp_forward(p: Params, x: torch.Tensor) -> torch.Tensor:
+    """One client's MLP (SPEC §2): x [B, *input] -> logits [B, K]."""
+    h = torch.flatten(x, 1)
+    h = F.relu(F.linear(h, p["fc1.weight"], p["fc1.bias"]))
+    h = F.relu(F.linear(h, p["fc2.weight"], p["fc2.bias"]))
+    return F.linear(h, p["fc3.weight"], p["fc3.bias"])
+
+
+def cnn_forward(p: Params, x: torch.Tensor) -> torch.Tensor:
+    """One client's CNN (SPEC §2): x [B, C_in, H, W] -> logits [B, K]."""
+    h = F.max_pool2d(F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"])), 2)
+    h = F.max_pool2d(F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"])), 2)
+    h = F.relu(F.conv2d(h, p["conv3.weight"], p["conv3.bias"]))
+    h = F.relu(F.linear(torch.flatten(h, 1), p["fc1.weight"], p["fc1.bias"]))
+    return F.linear(h, p["fc2.weight"], p["fc2.bias"])
+
+
+def grouped_conv(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Per-client 2-D convolution of client-stacked channels.
+
+    h [B, C·in, H, W]; weight [C, out, in, k, k]; bias [C, out]
+    -> [B, C·out, H-k+1, W-k+1], client c's block of ``out`` channels being
+    ``conv2d(h[:, c·in:(c+1)·in], weight[c], bias[c])``.
+    """
+    c, out, cin, kh, kw = weight.shape
+    return F.conv2d(h, weight.reshape(c * out, cin, kh, kw), bias.reshape(c * out), groups=c)
+
+
+def batched_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Per-client linear map: h [C, B, in], weight [C, out, in], bias [C, out] -> [C, B, out]."""
+    return torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
+
+
+def cnn_forward_batched(p: Params, x: torch.Tensor) -> torch.Tensor:
+    """C clients' CNNs at once: x [C, B, C_in, H, W] -> logits [C, B, K].
+
+    Equals ``vmap(cnn_forward)`` (see the module docstring for the layout).
+    """
+    c, b, cin, hgt, wid = x.shape
+    h = x.transpose(0, 1).reshape(b, c * cin, hgt, wid).contiguous(memory_format=torch.channels_last)
+    h = F.relu(F.max_pool2d(grouped_conv(h, p["conv1.weight"], p["conv1.bias"]), 2))
+    h = F.relu(F.max_pool2d(grouped_conv(h, p["conv2.weight"], p["conv2.bias"]), 2))
+    h = F.relu(grouped_conv(h, p["conv3.weight"], p["conv3.bias"]))
+    h = h.reshape(b, c, -1).transpose(0, 1)  # [C, B, 64·s·s], torch.flatten order per client
+    h = F.relu(batched_linear(h, p["fc1.weight"], p["fc1.bias"]))
+    return batched_linear(h, p["fc2.weight"], p["fc2.bias"])
+
+
+def mlp_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Tensor, beta: float) -> torch.Tensor:
+    """Backpropagation of C clients' MLPs written out, accumulated into momentum.
+
+    p, bufs: {name: [C, *shape]} weights and momentum buffers; x [C, B, *input],
+    y [C, B].  For every client c and parameter w:
+    ``bufs[w][c] <- beta * bufs[w][c] + d L_c / d w[c]`` with ``L_c`` the mean
+    cross-entropy of client c's batch (the momentum update of
+    ``torch.optim.SGD``, SPEC §3).  Returns the losses [C].
+
+    The weight gradients ``delta^T a`` are computed by ``baddbmm_`` straight
+    into the momentum buffers, so no gradient tensor is ever stored; the same
+    values as ``torch.func.grad`` of :func:`mlp_forward` (tests check both).
+    """
+    w1, w2, w3 = p["fc1.weight"], p["fc2.weight"], p["fc3.weight"]
+    a0 = torch.flatten(x, 2)                                     # [C, B, in]
+    z1 = batched_linear(a0, w1, p["fc1.bias"])
+    a1 = F.relu(z1)
+    z2 = batched_linear(a1, w2, p["fc2.bias"])
+    a2 = F.relu(z2)
+    logp = F.log_softmax(batched_linear(a2, w3, p["fc3.bias"]), dim=-1)
+    target = y.unsqueeze(-1)
+    losses = -logp.gather(-1, target).squeeze(-1).mean(1)
+    # d L / d logits = (softmax - onehot) / B
+    d3 = logp.exp_().scatter_add_(-1, target, torch.full_like(target, -1, dtype=logp.dtype)).div_(y.shape[1])
+    d2 = torch.bmm(d3, w3).mul_(z2 > 0)
+    d1 = torch.bmm(d2, w2).mul_(z1 > 0)
+    for layer, delta, inp in (("fc3", d3, a2), ("fc2", d2, a1), ("fc1", d1, a0)):
+        bufs[f"{layer}.weight"].baddbmm_(delta.transpose(1, 2), inp, beta=beta)
+        bufs[f"{layer}.bias"].mul_(beta).add_(delta.sum(1))
+    return losses
+
+
+_SINGLE = {"mlp": mlp_forward, "cnn": cnn_forward}
+_BATCHED = {"mlp": vmap(mlp_forward), "cnn": cnn_forward_batched}
+
+
+def _check_arch(arch: str) -> None:
+    if arch not in _SINGLE:
+        raise ConfigError("model", arch, f"choose one of {', '.join(_SINGLE)}")
+
+
+def forward_fn(arch: str) -> Callable[[Params, torch.Tensor], torch.Tensor]:
+    """Single-client functional forward of ``arch`` (vmappable over clients)."""
+    _check_arch(arch)
+    return _SINGLE[arch]
+
+
+def batched_forward_fn(arch: str) -> Callable[[Params, torch.Tensor], torch.Tensor]:
+    """Forward of C clients at once: ({name: [C, *shape]}, x [C, B, *input]) -> [C, B, K]."""
+    _check_arch(arch)
+    return _BATCHED[arch]
+
+
+def per_client_cross_entropy(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of logits [C, B, K] against labels [C, B], averaged
+    (or summed) over each client's B samples -> [C]."""
+    c, b, k = logits.shape
+    per_sample = F.cross_entropy(logits.reshape(c * b, k), y.reshape(c * b), reduction="none").view(c, b)
+    return per_sample.mean(1) if reduction == "mean" else per_sample.sum(1)
+
+
+def activation_bytes(arch: str, input_shape: tuple[int, ...], element_size: int = 4) -> int:
+    """Rough bytes of activations one training sample keeps alive in a
+    forward-backward pass (used only to size chunks)."""
+    _check_arch(arch)
+    if arch == "mlp":
+        floats = math.prod(input_shape) + 3 * (200 + 200 + 10)
+    else:
+        _, hgt, wid = input_shape
+        h1, w1 = hgt - 2, wid - 2
+        h2, w2 = h1 // 2 - 2, w1 // 2 - 2
+        h3, w3 = h2 // 2 - 2, w2 // 2 - 2
+        # conv outputs, pooled maps (+ int64 indices), ReLU outputs, dense layers
+        floats = 3 * (32 * h1 * w1 + 64 * h2 * w2) + 2 * 64 * h3 * w3 + 4 * 64 + math.prod(input_shape)
+    return int(floats * element_size)

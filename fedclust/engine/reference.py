@@ -1,0 +1,51 @@
+"""The plain path of SPEC §3: one ``nn.Module`` and one ``torch.optim.SGD``
+per client, trained one client after the other on the same batches as
+:func:`fedclust.engine.train.train_round`.
+
+Only for tests (the vectorized engine must match it) and for
+``fedclust bench`` (the speed baseline); the runner never calls it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fedclust.engine.layout import ParamLayout
+from fedclust.engine.train import TrainSettings
+from fedclust.models import build_model
+
+
+def reference_train_round(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+                          orders: torch.Tensor, settings: TrainSettings, input_shape: tuple[int, ...],
+                          num_classes: int, anchor: torch.Tensor | None = None, mu: float = 0.0) -> torch.Tensor:
+    """Train each client's row of ``flat`` [C, P] in place with its own module
+    and optimizer, minimising the batch cross-entropy plus, with an
+    ``anchor`` ([P] or [C, P]), ``mu/2 ||w - anchor||^2``; returns each
+    client's mean batch cross-entropy over the round [C]."""
+    model = build_model(arch, input_shape, num_classes).to(device=flat.device, dtype=flat.dtype)
+    n, bs = x.shape[1], settings.batch_size
+    losses = torch.empty(flat.shape[0], dtype=flat.dtype, device=flat.device)
+    for c in range(flat.shape[0]):
+        layout.load_into(model, flat[c])
+        centre = None if anchor is None or mu == 0 else (anchor if anchor.dim() == 1 else anchor[c])
+        opt = torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=settings.momentum,
+                              dampening=0, nesterov=False, weight_decay=0)
+        total, steps = torch.zeros((), dtype=flat.dtype, device=flat.device), 0
+        for epoch in range(orders.shape[0]):
+            order = orders[epoch, c].to(x.device)
+            for start in range(0, n, bs):
+                idx = order[start:start + bs]
+                loss = F.cross_entropy(model(x[c, idx]), y[c, idx].to(x.device))
+                objective = loss
+                if centre is not None:
+                    w = torch.cat([p.reshape(-1) for p in model.parameters()])
+                    objective = loss + 0.5 * mu * (w - centre).pow(2).sum()
+                opt.zero_grad(set_to_none=True)
+                objective.backward()
+                opt.step()
+                total += loss.detach()
+                steps += 1
+        losses[c] = total / steps
+        flat[c] = layout.flatten(model)
+    return losses

@@ -1,0 +1,324 @@
+"""Vectorized local training and evaluation of many clients (SPEC §3).
+
+The C clients of a process are the rows of one flat buffer ``[C, P]``
+(:class:`~fedclust.engine.layout.ParamLayout`); every step trains all
+clients of a chunk at once, SGD with momentum updating per-layer views of
+the buffer in place.  Two ways to get the gradients, equal up to rounding
+(tests check both against the per-client ``torch.optim.SGD`` loop):
+
+- ``torch.func.grad`` of the sum of the per-client losses over the batched
+  forward (:func:`~fedclust.engine.functional.batched_forward_fn`): clients
+  share no parameters, so the gradient of the sum is each client's own
+  gradient, exactly ``vmap(grad(loss))``.  Used for the CNN (and for the MLP
+  with ``backprop="func"`` or ``compile=True``).  Memory: weights, gradients
+  and momentum, 3 x ``[C, P]``; the fresh gradients become the next momentum.
+- For the MLP, a hand-written batched backward
+  (:func:`~fedclust.engine.functional.mlp_momentum_grads_`) whose weight
+  gradients are accumulated by ``baddbmm_`` straight into the momentum
+  buffer: 2 x ``[C, P]``, no per-step ``[C, P]`` temporaries and no
+  ``torch.func`` dispatch (1.3 ms per step on the host), which is what makes
+  the MLP round clearly faster than the plain loop on a CPU and gives a GPU
+  step fewer kernel launches.
+
+Clients are processed in chunks only to bound memory and, on a CPU, to keep
+each step's tensors cache-sized; within a chunk there is no Python loop over
+clients, and no host synchronisation in the step loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.func import grad
+
+from fedclust.engine.functional import (activation_bytes, batched_forward_fn, mlp_momentum_grads_,
+                                        per_client_cross_entropy)
+from fedclust.engine.layout import ParamLayout
+from fedclust.errors import ConfigError
+
+# Clients trained at once on a CPU, measured with `fedclust bench` on 2
+# cores: small chunks keep each step's tensors cache-sized and below glibc's
+# mmap threshold (re-used, not page-faulted anew every step); larger ones
+# were slower.  On a GPU chunks are sized from memory instead.
+CPU_CLIENT_CHUNK = {"mlp": 8, "cnn": 2}
+# Bytes of activations (plus weights, gradients, momentum) one chunk may use.
+CPU_EVAL_BYTES = 64 * 2**20
+GPU_MEMORY_SHARE = 4  # a quarter of the device memory
+
+
+@dataclass
+class TrainSettings:
+    """Local SGD of one round (SPEC §3)."""
+
+    lr: float
+    momentum: float = 0.9
+    batch_size: int = 128
+    epochs: int = 3
+    client_chunk: int = 0  # clients trained at once; 0 = automatic (see train_chunk_size)
+    backprop: str = "auto"  # auto: hand-written for the mlp, torch.func otherwise | func: torch.func always
+    compile: bool = False  # torch.compile the torch.func gradient step (meant for GPUs; implies func)
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise ConfigError("train.lr", self.lr, "use a positive learning rate, e.g. 0.08")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError("train.momentum", self.momentum, "use a momentum in [0, 1), e.g. 0.9")
+        if self.batch_size < 1:
+            raise ConfigError("train.batch_size", self.batch_size, "use a positive batch size, e.g. 128")
+        if self.epochs < 1:
+            raise ConfigError("train.local_epochs", self.epochs, "use at least 1 local epoch")
+        if self.backprop not in ("auto", "func"):
+            raise ConfigError("backprop", self.backprop, "use 'auto' or 'func'")
+        if self.client_chunk < 0:
+            raise ConfigError("client_chunk", self.client_chunk, "use 0 (automatic) or a positive count")
+
+
+def memory_budget(device: torch.device) -> int:
+    """Bytes one chunk may use on ``device``."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory // GPU_MEMORY_SHARE
+    return CPU_EVAL_BYTES
+
+
+def train_chunk_size(arch: str, layout: ParamLayout, x: torch.Tensor, batch: int) -> int:
+    """Clients trained at once: :data:`CPU_CLIENT_CHUNK` on a CPU; on a GPU as
+    many as fit :func:`memory_budget` (activations of a batch plus weights,
+    gradients and momentum)."""
+    if x.device.type != "cuda":
+        return CPU_CLIENT_CHUNK[arch]
+    per_client = batch * activation_bytes(arch, tuple(x.shape[2:]), x.element_size()) \
+        + 3 * layout.numel * x.element_size()
+    return max(1, memory_budget(x.device) // per_client)
+
+
+def eval_chunk_sizes(arch: str, x: torch.Tensor, rows: int, samples: int) -> tuple[int, int]:
+    """(rows, samples) per forward pass so that its activations fit :func:`memory_budget`."""
+    per_sample = max(1, activation_bytes(arch, tuple(x.shape[2:]), x.element_size()))
+    budget = memory_budget(x.device)
+    n = max(1, min(samples, budget // per_sample))
+    return max(1, min(rows, budget // (per_sample * n))), n
+
+
+def _check_data(flat: torch.Tensor, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor) -> None:
+    if flat.dim() != 2 or flat.shape[1] != layout.numel:
+        raise ValueError(f"flat must be [C, P={layout.numel}], got shape {tuple(flat.shape)}")
+    if y.dim() != 2 or x.shape[:2] != y.shape:
+        raise ValueError(f"x must be [C, N, *input] and y [C, N] with the same C and N, "
+                         f"got x {tuple(x.shape)} and y {tuple(y.shape)}")
+    if x.shape[0] != flat.shape[0]:
+        raise ValueError(f"x holds {x.shape[0]} clients but flat holds {flat.shape[0]}; pass one row per client")
+    if x.shape[1] < 1:
+        raise ValueError("x holds no samples (N = 0); every client needs at least one")
+    if x.device != flat.device or x.dtype != flat.dtype:
+        raise ValueError(f"x ({x.dtype} on {x.device}) and flat ({flat.dtype} on {flat.device}) must share "
+                         "dtype and device; move the data with .to(flat)")
+
+
+def _make_grad_fn(arch: str):
+    """(params {name: [C, *shape]}, x [C, B, ...], y [C, B]) -> (grads, losses [C])."""
+    forward = batched_forward_fn(arch)
+
+    def total_loss(params, xb, yb):
+        losses = per_client_cross_entropy(forward(params, xb), yb)
+        return losses.sum(), losses.detach()
+
+    return grad(total_loss, has_aux=True)
+
+
+_GRAD_FNS: dict[tuple[str, bool], object] = {}
+
+
+def _grad_fn(arch: str, compiled: bool = False):
+    """The cached gradient step of ``arch``, optionally ``torch.compile``d."""
+    key = (arch, compiled)
+    if key not in _GRAD_FNS:
+        fn = _make_grad_fn(arch)
+        _GRAD_FNS[key] = torch.compile(fn, dynamic=False) if compiled else fn
+    return _GRAD_FNS[key]
+
+
+def sgd_momentum_(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list[torch.Tensor] | None,
+                  lr: float, momentum: float) -> list[torch.Tensor]:
+    """One step of ``torch.optim.SGD`` (dampening 0, no Nesterov, no weight
+    decay) in place on ``params``: ``buf ← momentum·buf + g``, ``w ← w − lr·buf``.
+
+    ``bufs`` is the previous step's momentum (None on the first step of a
+    round: the buffer starts at zero, so ``buf = g`` as in torch).  The new
+    momentum is written into the fresh ``grads`` tensors, which are returned
+    as the next step's ``bufs``: two passes over memory instead of three.
+    """
+    if bufs is not None and momentum != 0:
+        torch._foreach_add_(grads, bufs, alpha=momentum)
+    torch._foreach_add_(params, grads, alpha=-lr)
+    return grads
+
+
+def _batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size: int):
+    """The round's batches (x [C, b, ...], y [C, b]): consecutive slices of
+    each epoch's per-client order (SPEC §3), gathered for all clients at once."""
+    rows = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+    for epoch in range(orders.shape[0]):
+        for start in range(0, x.shape[1], batch_size):
+            idx = orders[epoch, :, start:start + batch_size]
+            yield x[rows, idx], y[rows, idx]
+
+
+def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+                      orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
+                      mu: float) -> torch.Tensor:
+    """Local training of all rows of ``flat`` with ``torch.func.grad``; returns mean losses [C]."""
+    grad_fn = _grad_fn(arch, settings.compile)
+    params = layout.views(flat)
+    param_list = list(params.values())
+    anchors = list(layout.views(anchor).values()) if anchor is not None else None
+    bufs = None  # momentum, one tensor per layer [C, *shape]
+    loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
+    steps = 0
+    for xb, yb in _batches(x, y, orders, settings.batch_size):
+        grads, losses = grad_fn(params, xb, yb)
+        grads = [grads[name] for name in layout.names]
+        if anchors is not None:  # proximal term: g += mu * (w - anchor)
+            torch._foreach_add_(grads, param_list, alpha=mu)
+            torch._foreach_add_(grads, anchors, alpha=-mu)
+        bufs = sgd_momentum_(param_list, grads, bufs, settings.lr, settings.momentum)
+        loss_sum += losses
+        steps += 1
+    return loss_sum / steps
+
+
+def _train_chunk_mlp(flat: torch.Tensor, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor,
+                     orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
+                     mu: float) -> torch.Tensor:
+    """Local training of all rows of ``flat`` (MLP) with the hand-written
+    backward of :func:`mlp_momentum_grads_`; returns mean losses [C]."""
+    params = layout.views(flat)
+    momentum = torch.zeros_like(flat)
+    bufs = layout.views(momentum)
+    loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
+    steps = 0
+    for xb, yb in _batches(x, y, orders, settings.batch_size):
+        loss_sum += mlp_momentum_grads_(params, bufs, xb, yb, settings.momentum if steps else 0.0)
+        if anchor is not None:  # proximal term: buf += mu * (w - anchor)
+            momentum.add_(flat, alpha=mu).add_(anchor, alpha=-mu)
+        flat.add_(momentum, alpha=-settings.lr)  # w <- w - lr * buf, torch.optim.SGD
+        steps += 1
+    return loss_sum / steps
+
+
+def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+                 orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
+                 mu: float) -> torch.Tensor:
+    if arch == "mlp" and settings.backprop == "auto" and not settings.compile:
+        return _train_chunk_mlp(flat, layout, x, y, orders, settings, anchor, mu)
+    return _train_chunk_func(flat, layout, arch, x, y, orders, settings, anchor, mu)
+
+
+def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> torch.Tensor | None:
+    """The proximal centre as ``[C, P]`` (a ``[P]`` anchor is broadcast, no
+    copy), or None when there is no proximal term (no anchor or mu = 0).
+    An anchor sharing memory with ``flat`` (trained in place) is copied first."""
+    mu = float(mu)
+    if not (mu >= 0 and mu != float("inf")):
+        raise ConfigError("algorithm.mu", mu, "the proximal weight must be a finite number >= 0")
+    if anchor is None or mu == 0.0:
+        return None
+    if anchor.shape not in (flat.shape, flat.shape[1:]):
+        raise ValueError(f"anchor must be [P] or [C, P] = {tuple(flat.shape)}, got {tuple(anchor.shape)}")
+    if anchor.device != flat.device or anchor.dtype != flat.dtype:
+        raise ValueError(f"anchor ({anchor.dtype} on {anchor.device}) must share dtype and device with "
+                         f"flat ({flat.dtype} on {flat.device})")
+    if anchor.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr():
+        anchor = anchor.clone()
+    return anchor.expand_as(flat)
+
+
+def train_round(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+                orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None = None,
+                mu: float = 0.0) -> torch.Tensor:
+    """One round of local SGD for every client (SPEC §3), in place on ``flat`` [C, P].
+
+    x [C, N, *input], y [C, N]; orders [epochs, C, N]: client c's sample order
+    in each epoch (:func:`fedclust.rng.batch_orders`), cut into consecutive
+    batches of ``settings.batch_size`` (the last one smaller).  Loss: mean
+    cross-entropy of the batch, plus ``mu/2 ||w - anchor||^2`` when an
+    ``anchor`` ([P] or [C, P]) is given (FedProx, FPFC: the gradient gains
+    ``mu (w - anchor)``).  Momentum starts at zero.  Returns each client's
+    mean batch cross-entropy over the round [C] (without the proximal term).
+    """
+    _check_data(flat, layout, x, y)
+    c, n = y.shape
+    if orders.dim() != 3 or orders.shape[1:] != (c, n):
+        raise ValueError(f"orders must be [epochs, C={c}, N={n}], got shape {tuple(orders.shape)}; "
+                         "make it with fedclust.rng.batch_orders")
+    if orders.shape[0] != settings.epochs:
+        raise ValueError(f"orders has {orders.shape[0]} epochs but settings.epochs = {settings.epochs}")
+    anchor = check_anchor(anchor, mu, flat)
+    orders = orders.to(x.device)
+    y = y.to(x.device)
+    chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
+    losses = torch.empty(c, dtype=flat.dtype, device=flat.device)
+    for c0 in range(0, c, chunk):  # chunks of clients, each trained at once
+        c1 = min(c, c0 + chunk)
+        losses[c0:c1] = _train_chunk(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], orders[:, c0:c1], settings,
+                                     None if anchor is None else anchor[c0:c1], float(mu))
+    return losses
+
+
+@torch.no_grad()
+def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+               chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed correct predictions and summed cross-entropy of models[m] on
+    x[m] [M, N, ...], y[m]; samples in chunks of ``chunk``."""
+    forward = batched_forward_fn(arch)
+    params = layout.views(models)
+    correct = torch.zeros(models.shape[0], dtype=models.dtype, device=models.device)
+    loss = torch.zeros_like(correct)
+    for s0 in range(0, x.shape[1], chunk):
+        logits = forward(params, x[:, s0:s0 + chunk])
+        yb = y[:, s0:s0 + chunk]
+        correct += (logits.argmax(-1) == yb).sum(1).to(correct.dtype)
+        loss += per_client_cross_entropy(logits, yb, reduction="sum")
+    return correct, loss
+
+
+def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+             chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accuracy in [0, 1] and mean cross-entropy [C] of model c on its own
+    x[c] [N, ...], y[c] (SPEC §6), all clients at once; ``chunk`` samples
+    per client per pass (default: sized from memory)."""
+    _check_data(flat, layout, x, y)
+    c, n = y.shape
+    y = y.to(x.device)
+    rows, auto_chunk = eval_chunk_sizes(arch, x, c, min(chunk or n, n))
+    chunk = chunk or auto_chunk
+    acc = torch.empty(c, dtype=flat.dtype, device=flat.device)
+    loss = torch.empty_like(acc)
+    for c0 in range(0, c, rows):
+        c1 = min(c, c0 + rows)
+        correct, loss_sum = _loss_sums(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], chunk)
+        acc[c0:c1] = correct / n
+        loss[c0:c1] = loss_sum / n
+    return acc, loss
+
+
+def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+                owner: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of models[m] [M, P] on the whole training set of
+    client owner[m] (x [C, N, ...], y [C, N]) -> [M] (SPEC §4 loss similarity)."""
+    if models.dim() != 2 or models.shape[1] != layout.numel:
+        raise ValueError(f"models must be [M, P={layout.numel}], got shape {tuple(models.shape)}")
+    owner = owner.to(device=x.device, dtype=torch.long)
+    if owner.shape != (models.shape[0],):
+        raise ValueError(f"owner must be [M={models.shape[0]}] client indices, got shape {tuple(owner.shape)}")
+    if owner.numel() and (owner.min() < 0 or owner.max() >= x.shape[0]):
+        raise ValueError(f"owner indices must lie in [0, {x.shape[0]}), got {owner.min().item()}..{owner.max().item()}")
+    m, n = models.shape[0], x.shape[1]
+    y = y.to(x.device)
+    rows, chunk = eval_chunk_sizes(arch, x, m, n)
+    out = torch.empty(m, dtype=models.dtype, device=models.device)
+    for m0 in range(0, m, rows):
+        own = owner[m0:m0 + rows]
+        _, loss_sum = _loss_sums(models[m0:m0 + rows], layout, arch, x[own], y[own], chunk)
+        out[m0:m0 + rows] = loss_sum / n
+    return out

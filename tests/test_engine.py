@@ -1,0 +1,291 @@
+"""The vectorized engine against the plain per-client path (SPEC §2-§3).
+
+Every fast path is compared with an independent plain computation: the
+reference ``nn.Module`` forward, ``reference_train_round`` (one module and
+one ``torch.optim.SGD`` per client), and per-client / per-model loops.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.func import vmap
+
+from fedclust import bench, rng
+from fedclust.engine import train
+from fedclust.engine.functional import batched_forward_fn, forward_fn
+from fedclust.engine.layout import ParamLayout
+from fedclust.engine.reference import reference_train_round
+from fedclust.engine.train import TrainSettings, evaluate, pair_losses, train_round
+from fedclust.errors import ConfigError
+from fedclust.models import build_model, default_arch
+
+SMALL_CNN = (3, 18, 18)  # smallest input the CNN takes: 16 -> 8 -> 6 -> 3 -> 1
+MNIST = (1, 28, 28)
+
+
+def make(arch, shape, clients, n, dtype=torch.float64, seed=0, spread=0.05):
+    """Module, layout, per-client weights around one w0, data."""
+    torch.manual_seed(seed)
+    module = build_model(arch, shape, 10).to(dtype)
+    layout = ParamLayout.from_module(module)
+    w0 = layout.flatten(module)
+    flat = w0 + spread * torch.randn(clients, layout.numel, dtype=dtype)
+    x = torch.randn(clients, n, *shape, dtype=dtype)
+    y = torch.randint(0, 10, (clients, n))
+    return module, layout, flat, x, y
+
+
+# ---------------------------------------------------------------- models
+
+def test_models_follow_spec_shapes():
+    mlp = build_model("mlp", MNIST, 10)
+    assert [tuple(p.shape) for p in mlp.parameters()] == [(200, 784), (200,), (200, 200), (200,), (10, 200), (10,)]
+    assert build_model("mlp", (60,), 10).fc1.in_features == 60
+    cnn = build_model("cnn", (3, 32, 32), 10)
+    assert cnn.fc1.in_features == 1024 and cnn.conv1.in_channels == 3 and cnn.fc2.out_features == 10
+    assert cnn(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    assert default_arch("cifar10") == "cnn" and default_arch("fmnist") == "mlp" and default_arch("synthetic") == "mlp"
+
+
+def test_models_reject_bad_arch_and_shape():
+    with pytest.raises(ConfigError, match="model"):
+        build_model("resnet", MNIST, 10)
+    with pytest.raises(ConfigError, match="model"):
+        build_model("cnn", (60,), 10)
+    with pytest.raises(ConfigError, match="model"):
+        forward_fn("resnet")
+
+
+# ---------------------------------------------------------------- layout
+
+def test_layout_round_trip_and_views_alias_the_buffer():
+    module = build_model("cnn", SMALL_CNN, 10)
+    layout = ParamLayout.from_module(module)
+    assert layout.names == tuple(n for n, _ in module.named_parameters())
+    assert layout.numel == sum(p.numel() for p in module.parameters())
+    flat = layout.flatten(module)
+    assert flat.shape == (layout.numel,)
+    for (name, p), (vname, v) in zip(module.named_parameters(), layout.views(flat).items()):
+        assert name == vname and torch.equal(v, p.detach())
+
+    other = build_model("cnn", SMALL_CNN, 10)
+    layout.load_into(other, flat)
+    assert torch.equal(layout.flatten(other), flat)
+
+    stack = torch.zeros(3, layout.numel)
+    views = layout.views(stack)
+    assert views["conv2.weight"].shape == (3, 64, 32, 3, 3)
+    views["conv2.weight"][1].fill_(7.0)  # writes land in the buffer
+    off = layout.offsets[layout.names.index("conv2.weight")]
+    assert (stack[1, off:off + 64 * 32 * 9] == 7).all() and stack[0].abs().sum() == 0
+    assert stack.sum() == 7.0 * 64 * 32 * 9
+    stack[2, layout.offsets[-1]] = 5.0  # and the other way round
+    assert views["fc2.bias"][2, 0] == 5.0
+
+
+def test_layout_rejects_mismatches():
+    layout = ParamLayout.from_module(build_model("mlp", MNIST, 10))
+    with pytest.raises(ValueError, match="P = "):
+        layout.views(torch.zeros(2, layout.numel + 1))
+    with pytest.raises(ValueError, match="layout"):
+        layout.flatten(build_model("mlp", (60,), 10))
+
+
+# ---------------------------------------------------------------- forward
+
+@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("mlp", (60,)), ("cnn", (3, 32, 32)), ("cnn", SMALL_CNN)])
+def test_forward_fn_equals_module(arch, shape):
+    module, layout, flat, x, _ = make(arch, shape, 3, 5)
+    for c in range(3):
+        layout.load_into(module, flat[c])
+        want = module(x[c])
+        assert torch.allclose(forward_fn(arch)(layout.views(flat[c]), x[c]), want, atol=1e-12)
+        assert torch.allclose(batched_forward_fn(arch)(layout.views(flat), x)[c], want, atol=1e-12)
+    assert torch.allclose(vmap(forward_fn(arch))(layout.views(flat), x), batched_forward_fn(arch)(layout.views(flat), x),
+                          atol=1e-12)
+
+
+# ---------------------------------------------------------------- training
+
+def both_rounds(arch, shape, clients, n, settings, dtype=torch.float64, rounds=1, anchor=None, mu=0.0):
+    """(vectorized, reference) weights and losses after ``rounds`` rounds from
+    the same start; ``anchor``: None, "row" ([P]) or "rows" ([C, P])."""
+    module, layout, flat, x, y = make(arch, shape, clients, n, dtype)
+    centre = {None: None, "row": flat[0] + 0.3, "rows": flat.flip(0) - 0.2}[anchor]
+    fast, slow = flat.clone(), flat.clone()
+    for r in range(1, rounds + 1):
+        orders = rng.batch_orders(3, r, torch.arange(clients), settings.epochs, n)
+        lf = train_round(fast, layout, arch, x, y, orders, settings, anchor=centre, mu=mu)
+        ls = reference_train_round(slow, layout, arch, x, y, orders, settings, shape, 10, anchor=centre, mu=mu)
+    assert not torch.equal(fast, flat)  # it trained
+    return fast, slow, lf, ls
+
+
+@pytest.mark.parametrize("backprop", ["auto", "func"])
+def test_train_round_mlp_equals_reference(backprop):
+    # N = 40, batch 16: batches 16 + 16 + 8 (last partial); 2 epochs = 6 momentum steps; chunks of 2 clients
+    s = TrainSettings(lr=0.08, momentum=0.9, batch_size=16, epochs=2, client_chunk=2, backprop=backprop)
+    fast, slow, lf, ls = both_rounds("mlp", MNIST, 5, 40, s)
+    assert torch.allclose(fast, slow, atol=1e-10) and torch.allclose(lf, ls, atol=1e-10)
+    assert lf.shape == (5,)
+
+
+def test_train_round_mlp_float32_and_two_rounds():
+    # momentum restarts from zero each round; float32 and the real batches
+    # (200 = 128 + 72).  A small lr: on random labels lr 0.08 amplifies
+    # float32 rounding (4e-8 after one round, 1e-4 after two; float64 agrees to 1e-16).
+    s = TrainSettings(lr=0.02, batch_size=128, epochs=3)
+    fast, slow, lf, ls = both_rounds("mlp", MNIST, 2, 200, s, dtype=torch.float32, rounds=2)
+    assert torch.allclose(fast, slow, atol=1e-5) and torch.allclose(lf, ls, atol=1e-5)
+
+
+def test_train_round_cnn_equals_reference():
+    # 3 clients in chunks of 2, N = 10, batch 4: 4 + 4 + 2, 2 epochs
+    s = TrainSettings(lr=0.05, momentum=0.9, batch_size=4, epochs=2, client_chunk=2)
+    fast, slow, lf, ls = both_rounds("cnn", SMALL_CNN, 3, 10, s)
+    assert torch.allclose(fast, slow, atol=1e-10) and torch.allclose(lf, ls, atol=1e-10)
+
+
+def test_pool_before_relu_has_the_modules_values_and_gradients():
+    # the batched CNN applies relu after max-pool; with ties (positive, zero,
+    # all negative) the gradient must reach the same elements as the module's
+    # relu-then-pool, and the values must be equal
+    windows = torch.tensor([[[-1.0, -2.0], [-3.0, -4.0]], [[0.0, 0.0], [0.0, 0.0]], [[1.0, 1.0], [0.5, -1.0]],
+                            [[-1.0, 2.0], [2.0, 0.0]], [[0.0, -1.0], [3.0, 3.0]], [[-2.0, 0.0], [-1.0, 0.0]]],
+                           dtype=torch.float64)
+    h = windows.permute(1, 0, 2).reshape(1, 1, 2, 12)  # six 2x2 windows side by side
+    weight = torch.arange(1.0, 7.0, dtype=torch.float64).view(1, 1, 1, 6)
+    grads = []
+    for order in ("module", "batched"):
+        hh = h.clone().requires_grad_()
+        out = F.max_pool2d(F.relu(hh), 2) if order == "module" else F.relu(F.max_pool2d(hh, 2))
+        (out * weight).sum().backward()
+        grads.append((out.detach(), hh.grad))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+    assert grads[0][1].sum() == 3 + 4 + 5  # positive windows only, one element each
+
+
+@pytest.mark.parametrize("arch,shape,backprop,anchor", [
+    ("mlp", MNIST, "auto", "row"), ("mlp", MNIST, "func", "rows"), ("cnn", SMALL_CNN, "auto", "rows")])
+def test_train_round_proximal_term_equals_reference(arch, shape, backprop, anchor):
+    # FedProx / FPFC local objective: CE + mu/2 ||w - anchor||^2
+    s = TrainSettings(lr=0.05, batch_size=8, epochs=2, client_chunk=2, backprop=backprop)
+    fast, slow, lf, ls = both_rounds(arch, shape, 3, 12, s, anchor=anchor, mu=0.5)
+    assert torch.allclose(fast, slow, atol=1e-10) and torch.allclose(lf, ls, atol=1e-10)
+    plain, _, _, _ = both_rounds(arch, shape, 3, 12, s)
+    assert (fast - plain).abs().max() > 1e-4  # the term matters
+
+
+def test_train_round_anchor_aliasing_the_weights_is_the_round_start():
+    # an anchor that is the trained buffer itself means "the weights the round starts from"
+    _, layout, flat, x, y = make("mlp", (60,), 2, 12)
+    s = TrainSettings(lr=0.05, batch_size=8, epochs=2)
+    orders = rng.batch_orders(0, 1, torch.arange(2), 2, 12)
+    start = flat.clone()
+    want = flat.clone()
+    train_round(want, layout, "mlp", x, y, orders, s, anchor=start, mu=0.5)
+    train_round(flat, layout, "mlp", x, y, orders, s, anchor=flat, mu=0.5)
+    assert torch.allclose(flat, want, atol=1e-12)
+    with pytest.raises(ConfigError, match="mu"):
+        train_round(flat, layout, "mlp", x, y, orders, s, anchor=start, mu=-1.0)
+    with pytest.raises(ValueError, match="anchor"):
+        train_round(flat, layout, "mlp", x, y, orders, s, anchor=start[:, :5], mu=0.5)
+
+
+def test_train_round_cnn_float32():
+    s = TrainSettings(lr=0.05, batch_size=8, epochs=1)
+    fast, slow, lf, ls = both_rounds("cnn", SMALL_CNN, 2, 12, s, dtype=torch.float32)
+    assert torch.allclose(fast, slow, atol=1e-5) and torch.allclose(lf, ls, atol=1e-5)
+
+
+def test_sgd_momentum_matches_torch_optimizer():
+    torch.manual_seed(1)
+    w = torch.randn(4, 6, dtype=torch.float64)
+    grads = [torch.randn(4, 6, dtype=torch.float64) for _ in range(4)]
+    p = w.clone().requires_grad_()
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    mine, bufs = w.clone(), None
+    for g in grads:
+        p.grad = g.clone()
+        opt.step()
+        bufs = train.sgd_momentum_([mine], [g.clone()], bufs, 0.1, 0.9)
+    assert torch.allclose(mine, p.detach(), atol=1e-14)
+
+
+def test_train_round_rejects_bad_orders():
+    _, layout, flat, x, y = make("mlp", (60,), 2, 10)
+    s = TrainSettings(lr=0.1, epochs=2)
+    with pytest.raises(ValueError, match="orders"):
+        train_round(flat, layout, "mlp", x, y, torch.zeros(2, 3, 10, dtype=torch.long), s)
+    with pytest.raises(ValueError, match="epochs"):
+        train_round(flat, layout, "mlp", x, y, rng.batch_orders(0, 1, torch.arange(2), 3, 10), s)
+    with pytest.raises(ConfigError, match="train.lr"):
+        TrainSettings(lr=0.0)
+
+
+# ---------------------------------------------------------------- evaluation
+
+def loop_metrics(module, layout, models, xs, ys):
+    """Plain loop: accuracy and mean CE of models[m] on xs[m], ys[m]."""
+    acc, loss = [], []
+    with torch.no_grad():
+        for w, x, y in zip(models, xs, ys):
+            layout.load_into(module, w)
+            logits = module(x)
+            acc.append((logits.argmax(1) == y).double().mean())
+            loss.append(F.cross_entropy(logits, y))
+    return torch.stack(acc), torch.stack(loss)
+
+
+@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("cnn", SMALL_CNN)])
+def test_evaluate_equals_per_client_loop(arch, shape, monkeypatch):
+    module, layout, flat, x, y = make(arch, shape, 5, 30, spread=0.3)
+    want_acc, want_loss = loop_metrics(module, layout, flat, x, y)
+    for chunk in (None, 7):
+        acc, loss = evaluate(flat, layout, arch, x, y, chunk=chunk)
+        assert torch.allclose(acc, want_acc) and torch.allclose(loss, want_loss, atol=1e-10)
+    monkeypatch.setattr(train, "CPU_EVAL_BYTES", 1)  # one client and one sample per pass
+    acc, loss = evaluate(flat, layout, arch, x, y)
+    assert torch.allclose(acc, want_acc) and torch.allclose(loss, want_loss, atol=1e-10)
+
+
+@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("cnn", SMALL_CNN)])
+def test_pair_losses_equals_per_model_evaluation(arch, shape, monkeypatch):
+    module, layout, flat, x, y = make(arch, shape, 4, 20, spread=0.3)
+    torch.manual_seed(5)
+    models = flat[torch.tensor([0, 3, 1, 1, 2, 0, 3])] + 0.01 * torch.randn(7, layout.numel, dtype=flat.dtype)
+    owner = torch.tensor([2, 0, 1, 3, 3, 0, 1])
+    _, want = loop_metrics(module, layout, models, x[owner], y[owner])
+    assert torch.allclose(pair_losses(models, layout, arch, x, y, owner), want, atol=1e-10)
+    monkeypatch.setattr(train, "CPU_EVAL_BYTES", 1)
+    assert torch.allclose(pair_losses(models, layout, arch, x, y, owner), want, atol=1e-10)
+    with pytest.raises(ValueError, match="owner"):
+        pair_losses(models, layout, arch, x, y, torch.full((7,), 4))
+
+
+# ---------------------------------------------------------------- bench
+
+def test_bench_records_and_table(monkeypatch, capsys):
+    tiny = [bench.Case("mlp", 3, "vectorized", "tiny"), bench.Case("mlp", 3, "reference", "tiny")]
+    monkeypatch.setattr(bench, "plan", lambda quick, device: tiny)
+    assert bench.main(["--json", "--repeats", "1", "--device", "cpu"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [(r["model"], r["clients"], r["path"]) for r in records] == [("mlp", 3, "vectorized"), ("mlp", 3, "reference")]
+    for r in records:
+        assert r["ms_per_round"] > 0 and r["peak_mem_mb"] >= 0 and r["device"].startswith("cpu") and r["note"] == "tiny"
+    assert bench.main(["--repeats", "1", "--device", "cpu", "--models", "mlp"]) == 0
+    out = capsys.readouterr().out
+    assert "speed-up mlp at 3 clients" in out and "device: cpu" in out
+
+
+def test_bench_quick_plan_times_what_it_reports():
+    cases = bench.plan(True, torch.device("cpu"))
+    assert {c.model for c in cases} == {"mlp", "cnn"}
+    assert all(c.clients < 100 and "10 clients" in c.note for c in cases if c.model == "cnn")
+    full = bench.plan(False, torch.device("cpu"))
+    assert {(c.model, c.clients, c.path) for c in full} == {
+        (m, c, p) for m in ("mlp", "cnn") for c, p in ((100, "vectorized"), (100, "reference"), (1000, "vectorized"))}
