@@ -44,6 +44,20 @@ def test_outputs_of_a_run(tmp_path):
     assert saved["final_accuracy"] == pytest.approx(lines[-1]["accuracy"])
     assert saved["best_accuracy"] == pytest.approx(max(r["accuracy"] for r in lines))
     assert load_config(out / "config.yaml") == cfg
+    for fig in ("accuracy.png", "heatmap_stage1.png", "neighbor_graph.png"):
+        assert (out / "figures" / fig).stat().st_size > 1000
+    assert saved["models_received_total"] == 8 * 2 * 3  # k = 2 peers per client per round
+    assert saved["max_models_received_per_round"] == 2
+
+
+def test_panm_run_writes_its_figures_and_cluster_recovery(tmp_path):
+    _, s = small_run(tmp_path, "algorithm.name=panm_grad", "rounds=4", name="panm")
+    figs = tmp_path / "panm" / "figures"
+    for fig in ("similarity_hist.png", "cni_precision.png", "heatmap_stage1.png", "neighbor_graph.png"):
+        assert (figs / fig).is_file()
+    assert s["num_clusters"] >= 1 and -1.0 <= s["ari"] <= 1.0
+    # a client fetches at least its l = 3 candidates a round, at most every other client (HNM: l + l + k)
+    assert 3 <= s["max_models_received_per_round"] <= 7
 
 
 def test_oracle_precision_is_one_and_local_has_no_list(tmp_path):
@@ -78,10 +92,10 @@ def test_cli_check_and_bad_key(tmp_path, capsys):
     assert "algorithm.kk" in err and "algorithm.k" in err
 
 
-def _torchrun(tmp_path, nproc, name):
+def _torchrun(tmp_path, nproc, name, algorithm="random"):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "fedclust", "run", "configs/fmnist_rotation2.yaml", *SMALL, "algorithm.name=random",
+           "-m", "fedclust", "run", "configs/fmnist_rotation2.yaml", *SMALL, f"algorithm.name={algorithm}",
            "rounds=4", "clients=9", f"out={tmp_path / name}"]
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
@@ -99,6 +113,20 @@ def test_one_and_two_processes_agree(tmp_path):
         assert a["neighbor_recall"] == pytest.approx(b["neighbor_recall"], abs=1e-12)
         assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01)
         assert a["client_accuracy"] == pytest.approx(b["client_accuracy"], abs=0.01)
+
+
+def test_panm_one_and_two_processes_pick_the_same_neighbours(tmp_path):
+    import numpy as np
+
+    one = _torchrun(tmp_path, 1, "p1", algorithm="panm_grad")
+    two = _torchrun(tmp_path, 2, "p2", algorithm="panm_grad")
+    for a, b in zip(one, two):
+        assert a["neighbor_precision"] == pytest.approx(b["neighbor_precision"], abs=1e-12)
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01)
+    l1, l2 = (np.load(tmp_path / d / "neighbors.npz") for d in ("p1", "p2"))
+    assert l1["final_lists"].any()
+    assert np.array_equal(l1["final_lists"], l2["final_lists"])
+    assert np.array_equal(l1["stage1_counts"], l2["stage1_counts"])
 
 
 def _fmnist_available():
