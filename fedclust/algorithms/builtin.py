@@ -13,3 +13,13 @@ from fedclust.algorithms import panm, pens  # noqa: E402
 register("panm_loss", panm.make_panm_loss)
 register("panm_grad", panm.make_panm_grad)
 register("pens", pens.make_pens)
+
+from fedclust.algorithms import cfl, fedavg, fedgroup, fpfc, ifca  # noqa: E402
+
+register("fedavg", fedavg.make_fedavg)
+register("fedprox", fedavg.make_fedprox)
+register("ifca", ifca.make_ifca)
+register("cfl", cfl.make_cfl)
+register("fedgroup", fedgroup.make_fedgroup)
+register("fedgrouprox", fedgroup.make_fedgrouprox)
+register("fpfc", fpfc.make_fpfc)

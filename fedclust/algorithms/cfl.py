@@ -37,13 +37,35 @@ In words: split when some client still moves at least as far as a typical
 client did at the end of warm-up (lr-corrected), while the cluster's mean
 update has shrunk below a quarter of that.  Passing ``reference_norm = ε2``
 and ``lr_ratio = 1`` gives back the absolute defaults.
+
+Round object :class:`Cfl` (``cfl``), below the math, as the authors'
+reference code runs a round: every cluster's clients train from the
+cluster model; the server computes each participant's update
+``Δθ_i = θ_i^after − θ_{c(i)}`` (it knows what it sent); after the warm-up
+(rounds ``t > warmup``) each cluster meeting :func:`should_split` on its
+participants' updates is bipartitioned; then every (new) cluster model
+becomes the mean of its participants' trained models (a cluster nobody of
+which took part keeps its model).  ``u_w`` for :func:`scaled_thresholds` is
+measured in round ``max(warmup, 1)``; ``lr_t/lr_w = lr_decay^(t − max(warmup, 1))``.
+
+Participation < 1 (the reference code has full participation): a split
+partitions the cluster's participants; its absent members become
+*pending* between the two halves and, in their next round, take the half
+whose model has the lower loss on their training data (the IFCA rule,
+``ctx.pair_loss``).  The server learns that choice from the model they
+started from, so with p < 1 the round gathers the start models too
+(``gathers_before``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from fedclust.algorithms.fedavg import check_weights
+from fedclust.algorithms.base import Context, RoundPlan, RoundView
+from fedclust.algorithms.fedavg import check_weights, own, participants, server_result
+from fedclust.algorithms.ifca import cluster_average
 from fedclust.errors import ConfigError
 
 EPS = 1e-12  # as the CFL reference code: cos = <a,b> / (‖a‖‖b‖ + 1e-12)
@@ -170,3 +192,117 @@ def bipartition(similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     labels = complete_linkage_labels(-similarity, 2)
     idx = torch.arange(m, device=similarity.device)
     return idx[labels == 0], idx[labels == 1]
+
+
+# ----------------------------------------------------------------------------
+# Round object
+
+
+@dataclass
+class CflState:
+    models: torch.Tensor          # [K, P] cluster models (K grows with splits), replicated
+    labels: torch.Tensor          # [n] int64 cluster of every client
+    pending: torch.Tensor         # [n] int64 sibling cluster a client still chooses against (-1: none)
+    reference_norm: float | None  # u_w, mean participant update norm of round max(warmup, 1)
+    splits: list                  # (round, parent, new cluster) of every split, for the record
+
+
+def split_cluster(updates: torch.Tensor) -> torch.Tensor:
+    """Bool ``[m]``: the members of the bipartition's second half (the half
+    without the cluster's first participant), :func:`bipartition` of the
+    pairwise cosines of ``updates [m, P]``."""
+    _, idx_b = bipartition(pairwise_cosine(updates))
+    side = torch.zeros(updates.shape[0], dtype=torch.bool, device=updates.device)
+    side[idx_b] = True
+    return side
+
+
+@dataclass
+class Cfl:
+    """CFL round (module docstring)."""
+
+    eps1: float = 0.4
+    eps2: float = 1.6
+    warmup: int = 20
+    scale_to_model: bool = True
+    lr_decay: float = 1.0
+    participation: float = 1.0
+    name: str = "cfl"
+
+    def __post_init__(self):
+        check_thresholds(self.eps1, self.eps2)
+
+    @property
+    def gathers_before(self) -> bool:
+        return self.participation < 1.0
+
+    @property
+    def reference_round(self) -> int:
+        return max(self.warmup, 1)
+
+    def init(self, ctx: Context) -> CflState:
+        n, device = ctx.n, ctx.device
+        return CflState(models=ctx.w0.detach().clone()[None], labels=torch.zeros(n, dtype=torch.int64, device=device),
+                        pending=torch.full((n,), -1, dtype=torch.int64, device=device), reference_norm=None, splits=[])
+
+    def plan(self, state: CflState, ctx: Context, round_: int, models: torch.Tensor):
+        labels, sibling = own(ctx, state.labels), own(ctx, state.pending)
+        waiting = (sibling >= 0).nonzero().flatten()
+        if waiting.numel():   # pending clients pick the half of lower training loss (module docstring)
+            if ctx.pair_loss is None:
+                raise ValueError("CFL with participation < 1 needs ctx.pair_loss to place absent clients after a split")
+            loss_a = ctx.pair_loss(state.models[labels[waiting]], waiting)
+            loss_b = ctx.pair_loss(state.models[sibling[waiting]], waiting)
+            labels = labels.clone()
+            labels[waiting] = torch.where(loss_b < loss_a, sibling[waiting], labels[waiting])
+        return state, RoundPlan(start=state.models[labels])
+
+    def thresholds(self, reference_norm: float, round_: int) -> tuple[float, float]:
+        """This round's (ε1, ε2): the absolute values, or
+        :func:`scaled_thresholds` of ``u_w = reference_norm``."""
+        if not self.scale_to_model:
+            return self.eps1, self.eps2
+        ratio = self.lr_decay ** (round_ - self.reference_round)
+        return scaled_thresholds(reference_norm, self.eps1, self.eps2, ratio)
+
+    def aggregate(self, state: CflState, ctx: Context, view: RoundView):
+        t, after = view.round, view.all_after
+        labels, pending = state.labels.clone(), state.pending
+        waiting = pending >= 0
+        if bool(waiting.any()):   # the half each pending client started from
+            rows = view.all_before[waiting]
+            d_a = (rows - state.models[labels[waiting]]).pow(2).sum(dim=1)
+            d_b = (rows - state.models[pending[waiting]]).pow(2).sum(dim=1)
+            labels[waiting] = torch.where(d_b < d_a, pending[waiting], labels[waiting])
+        active = participants(ctx.seed, t, ctx.n, self.participation, after.device)
+        # a participant receives its cluster model; a pending client both halves
+        received = torch.where(waiting, 2.0, active.to(torch.float64))
+        pending = torch.full_like(pending, -1)
+        updates = after - state.models[labels]               # Δθ_i against the model the client was sent
+        reference = state.reference_norm
+        if reference is None and t >= self.reference_round:
+            reference = float(updates[active].norm(dim=1).mean())
+        models, splits = state.models, list(state.splits)
+        # scaled thresholds with u_w = 0 (nobody moved in warm-up): nothing to split
+        if t > self.warmup and (not self.scale_to_model or reference > 0):
+            eps1, eps2 = self.thresholds(reference, t)
+            for c in range(models.shape[0]):                 # clusters, not clients
+                members = (labels == c) & active
+                if not should_split(updates[members], eps1, eps2):
+                    continue
+                new = models.shape[0]
+                idx = members.nonzero().flatten()
+                labels[idx[split_cluster(updates[idx])]] = new
+                absent = (labels == c) & ~active
+                pending = torch.where(absent, torch.full_like(pending, new), pending)
+                models = torch.cat([models, models[c:c + 1]])
+                splits.append((t, c, new))
+        models = cluster_average(after[active], labels[active], models.shape[0], models)
+        state = CflState(models=models, labels=labels, pending=pending, reference_norm=reference, splits=splits)
+        return state, server_result(ctx, models[own(ctx, labels)], labels, received, int(active.sum()))
+
+
+def make_cfl(cfg) -> Cfl:
+    c = cfg.cfl
+    return Cfl(eps1=c.eps1, eps2=c.eps2, warmup=c.warmup, scale_to_model=c.scale_to_model,
+               lr_decay=cfg.train.lr_decay, participation=cfg.participation)

@@ -47,17 +47,48 @@ Ambiguities resolved (each checked against the authors' code, GrouProx
 - Eq. 10 needs each group's "latest update" ``Δw_t^(g_j)``: after cold
   start Alg. 4 l. 8; afterwards, suggested: the group model's change over
   the latest round (after intra- and inter-group aggregation).
+
+Round object :class:`FedGroup` (``fedgroup``; ``fedgrouprox`` is the same
+with FedProx's μ, ``fedprox.mu``, Alg. 2 l. 17-18), below the math:
+- Round 1 is the cold start.  The ``min(α·m, n)`` clients with the lowest
+  keys ``rng.uniform(seed, 0, COLD_START_STREAM, i, 0)`` are Alg. 3's
+  random subset S.  Their pre-training update is their round-1 update from
+  ``w0`` (the round loop trains once per round, ``train.local_epochs``
+  epochs, where Alg. 3 pre-trains one epoch and then continues E − 1:
+  the direction is taken from the whole round's update); Alg. 4 groups
+  them and its group models (``w0`` + their groups' mean update, i.e.
+  their groups' mean trained model) start the groups.  Other round-1
+  participants trained from the global model ``w0`` too: that update is
+  their Eq. 10 pre-training update and places them.
+- Later rounds: group members train from their group model and are
+  averaged per group (intra-group, Alg. 2 l. 5-7; an empty group keeps its
+  model); clients not yet in a group (possible when participation < 1)
+  are newcomers: they train from the global model, that update places them
+  by Eq. 10 against the groups' latest updates as the server knew them
+  when the round began, and it is not averaged into a group.  Then
+  inter-group aggregation with ``η_g`` (Alg. 2 l. 9-10), the global model
+  as the mean of the group models (l. 11) and each group's latest update
+  (the group model's change over the round).
+- A client is evaluated with its group's model (papers/003 §IV-A
+  Metrics); a client not yet in a group with the global model, and its
+  assignment is -1.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from fedclust import rng
+from fedclust.algorithms.base import Context, RoundPlan, RoundView
+from fedclust.algorithms.fedavg import check_mu, own, participants, server_result
+from fedclust.algorithms.ifca import cluster_average
 from fedclust.errors import ConfigError
 
 EPS = 1e-12
 KMEANS_STREAM = 101          # rng stream id of the K-means++ seeding draws (not in rng.STREAMS)
+COLD_START_STREAM = 111      # rng stream id of the cold-start subset S (Alg. 3 l. 2)
 N_DIRECTIONS = 3             # "ternary": three base directions (Alg. 3 l. 7)
 
 
@@ -198,8 +229,6 @@ def group_cold_start(
     A group K-means leaves empty (possible only with duplicate points) gets
     ``w0`` and a zero update.
     """
-    from fedclust.algorithms.ifca import cluster_average
-
     directions = base_directions(updates)
     sim = ternary_similarity(updates, directions)
     assign, centroids = kmeans(sim, groups, seed, n_init=n_init)
@@ -268,3 +297,93 @@ def global_aggregate(group_models: torch.Tensor) -> torch.Tensor:
     """Global model = unweighted mean of the group models (papers/003 Alg. 2
     l. 11); kept only for newcomers' cold start → ``[P]``."""
     return group_models.mean(dim=0)
+
+
+# ----------------------------------------------------------------------------
+# Round object
+
+
+def cold_start_clients(seed: int, n: int, count: int, device=None) -> torch.Tensor:
+    """Bool ``[n]``: Alg. 3's random subset S of ``min(count, n)`` clients,
+    the lowest keys ``rng.uniform(seed, 0, COLD_START_STREAM, i, 0)``."""
+    keys = rng.uniform(seed, 0, COLD_START_STREAM, torch.arange(n), 0)
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[torch.argsort(keys, stable=True)[:min(count, n)]] = True
+    return mask.to(device)
+
+
+@dataclass
+class FedGroupState:
+    groups: torch.Tensor          # [m, P] group models w^(g_j) (replicated)
+    group_updates: torch.Tensor   # [m, P] each group's latest update (Eq. 10)
+    global_model: torch.Tensor    # [P] w_t, for newcomers (Alg. 2 l. 11)
+    assignment: torch.Tensor      # [n] int64 group of every client, -1: not yet in a group
+
+
+@dataclass
+class FedGroup:
+    """FedGroup / FedGrouProx round (papers/003 Algorithms 2-4, Eq. 10;
+    module docstring)."""
+
+    groups: int = 2
+    pretrain_scale: int = 20
+    eta_g: float = 0.01
+    mu: float = 0.0
+    participation: float = 1.0
+    name: str = "fedgroup"
+    gathers_before: bool = False
+
+    def __post_init__(self):
+        self.eta_g = check_eta_g(self.eta_g)
+        self.mu = check_mu(self.mu)
+
+    def init(self, ctx: Context) -> FedGroupState:
+        groups = ctx.w0.detach().expand(self.groups, -1).clone()
+        return FedGroupState(groups=groups, group_updates=torch.zeros_like(groups), global_model=groups[0].clone(),
+                             assignment=torch.full((ctx.n,), -1, dtype=torch.int64, device=ctx.device))
+
+    def starts(self, state: FedGroupState, assignment: torch.Tensor) -> torch.Tensor:
+        """``[rows, P]``: the group model of each grouped client, the global model for the others."""
+        grouped = (assignment >= 0)[:, None]
+        return torch.where(grouped, state.groups[assignment.clamp_min(0)], state.global_model[None])
+
+    def plan(self, state: FedGroupState, ctx: Context, round_: int, models: torch.Tensor):
+        start = self.starts(state, own(ctx, state.assignment))
+        return state, RoundPlan(start=start, anchor=start if self.mu > 0 else None, mu=self.mu)
+
+    def aggregate(self, state: FedGroupState, ctx: Context, view: RoundView):
+        after, t = view.all_after, view.round
+        active = participants(ctx.seed, t, ctx.n, self.participation, after.device)
+        assignment = state.assignment.clone()
+        if t == 1:      # group cold start (Alg. 3-4) on S, then newcomers by Eq. 10
+            cold = cold_start_clients(ctx.seed, ctx.n, self.pretrain_scale * self.groups, after.device)
+            active = active | cold
+            w0 = state.global_model
+            start = group_cold_start(after[cold] - w0, w0, self.groups, ctx.seed)
+            assignment[cold] = start["assign"]
+            newcomers = active & ~cold
+            assignment[newcomers] = place_newcomers(after[newcomers] - w0, start["updates"])
+            groups, group_updates = start["models"], start["updates"]
+        else:
+            newcomers = active & (assignment < 0)
+            members = active & (assignment >= 0)
+            assignment[newcomers] = place_newcomers(after[newcomers] - state.global_model, state.group_updates)
+            intra = cluster_average(after[members], assignment[members], self.groups, state.groups)
+            groups = inter_group_aggregate(intra, self.eta_g)
+            group_updates = groups - state.groups
+        state = FedGroupState(groups=groups, group_updates=group_updates, global_model=global_aggregate(groups),
+                              assignment=assignment)
+        return state, server_result(ctx, self.starts(state, own(ctx, assignment)), assignment,
+                                    active.to(torch.float64), int(active.sum()))
+
+
+def make_fedgroup(cfg) -> FedGroup:
+    g = cfg.fedgroup
+    return FedGroup(groups=g.groups, pretrain_scale=g.pretrain_scale, eta_g=g.inter_lr,
+                    participation=cfg.participation)
+
+
+def make_fedgrouprox(cfg) -> FedGroup:
+    g = cfg.fedgroup
+    return FedGroup(groups=g.groups, pretrain_scale=g.pretrain_scale, eta_g=g.inter_lr, mu=cfg.fedprox.mu,
+                    participation=cfg.participation, name="fedgrouprox")

@@ -48,13 +48,36 @@ and ζ run in chunks of pairs, so the transient memory is a few
 multiples of δ, ``v/ρ = (1/t − 1)·θ`` with ``t = s/r ≥ 1/(1 + λ/(ρξ)) > 0``,
 so storing θ and one scalar t per pair would halve the state.  Not done:
 the literal form is easier to check.)
+
+Round object :class:`Fpfc` (``fpfc``), below the math: the server keeps
+every client's latest ω ``[n, P]``, θ and v ``[E, P]`` and ζ (replicated
+on every rank, computed from the gathered ω alone).  Plan: client i
+trains from its own ω_i with the proximal term ``ρ/2‖ω − ζ_i‖²`` (anchor
+ζ_i, μ = ρ; Algorithm 1 step 3).  Aggregate: participants' ω are replaced
+by their trained models, then :func:`server_update_` and :func:`zeta`.
+Clusters are read off every round (the paper reads them at the end; the
+per-round read-off is what the metrics report) and a client holds, and
+is evaluated with, its cluster's model ``α̂_l`` (SPEC §6).
+
+Scale (not in the paper, whose experiments use a 610-parameter linear
+model): λ, ξ and ν are distances in parameter space, so the same values
+mean "fused" for a small model and "far apart" for a large one.  The
+θ-step is scale-equivariant — ``theta_shrink(r; sλ, a, sξ, ρ) =
+s·theta_shrink(r/s; λ, a, ξ, ρ)`` — so with ``scale_to_model`` the
+configured λ, ξ and ν are read in units of ``u_1``, the participants'
+mean update norm ``mean_i ‖ω_i^1 − ω_i^0‖`` of round 1 (as CFL's
+thresholds, ``cfl.py``): the server uses ``u_1·λ``, ``u_1·ξ``, ``u_1·ν``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from fedclust.algorithms.base import Context, RoundPlan, RoundView
+from fedclust.algorithms.fedavg import own, participants, server_result
 from fedclust.errors import ConfigError
 
 CHUNK_ELEMENTS = 2**24      # pairs per chunk × P at most this (64 MB per float32 buffer)
@@ -257,3 +280,69 @@ def cluster_models(omega: torch.Tensor, labels: torch.Tensor, weights: torch.Ten
     L = int(labels.max()) + 1 if labels.numel() else 0
     prev = torch.zeros(L, omega.shape[1], dtype=omega.dtype, device=omega.device)
     return cluster_average(omega, labels, L, prev, weights)
+
+
+# ----------------------------------------------------------------------------
+# Round object
+
+
+@dataclass
+class FpfcState:
+    omega: torch.Tensor          # [n, P] every client's latest ω (replicated)
+    zeta: torch.Tensor           # [C, P] ζ_i of this rank's clients
+    theta: torch.Tensor          # [E, P] θ_ij, i < j
+    v: torch.Tensor              # [E, P] v_ij
+    scale: float | None          # u_1 (1.0 without scale_to_model); None before round 1
+    labels: torch.Tensor         # [n] int64 clusters read off ‖θ_ij‖ <= ν
+
+
+@dataclass
+class Fpfc:
+    """FPFC round (papers/004 Algorithm 1; module docstring)."""
+
+    lam: float = 0.5
+    a: float = 3.7
+    xi: float = 0.05
+    rho: float = 1.0
+    nu: float = 0.125
+    scale_to_model: bool = True
+    participation: float = 1.0
+    name: str = "fpfc"
+    gathers_before: bool = False
+
+    def __post_init__(self):
+        check_penalty(self.lam, self.a, self.xi, self.rho)
+
+    def init(self, ctx: Context) -> FpfcState:
+        n, w0 = ctx.n, ctx.w0.detach()
+        theta, v = init_pair_state(n, w0.numel(), w0.dtype, w0.device)
+        return FpfcState(omega=w0.expand(n, -1).clone(), zeta=w0.expand(len(ctx.client_ids), -1).clone(),
+                         theta=theta, v=v, scale=None, labels=torch.zeros(n, dtype=torch.int64, device=w0.device))
+
+    def plan(self, state: FpfcState, ctx: Context, round_: int, models: torch.Tensor):
+        return state, RoundPlan(start=own(ctx, state.omega), anchor=state.zeta, mu=self.rho)
+
+    def aggregate(self, state: FpfcState, ctx: Context, view: RoundView):
+        after = view.all_after
+        active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device)
+        scale = state.scale
+        if scale is None:
+            scale = float((after[active] - state.omega[active]).norm(dim=1).mean()) if self.scale_to_model else 1.0
+            if not scale > 0:
+                raise ValueError("FPFC: no client moved in round 1 (mean update norm 0); "
+                                 "check train.lr, or set fpfc.scale_to_model=false")
+        lam, xi, nu = self.lam * scale, self.xi * scale, self.nu * scale
+        omega = torch.where(active[:, None], after, state.omega)
+        theta, v = server_update_(omega, state.theta, state.v, lam, self.a, xi, self.rho, active)
+        zeta_own = own(ctx, zeta(omega, theta, v, self.rho)).clone()
+        labels = clusters_from_theta(theta_norm_matrix(theta, ctx.n), nu)
+        centres = cluster_models(omega, labels)
+        state = FpfcState(omega=omega, zeta=zeta_own, theta=theta, v=v, scale=scale, labels=labels)
+        return state, server_result(ctx, centres[own(ctx, labels)], labels, active.to(torch.float64),
+                                    int(active.sum()))
+
+
+def make_fpfc(cfg) -> Fpfc:
+    f = cfg.fpfc
+    return Fpfc(lam=f.lam, a=f.a, xi=f.xi, rho=f.rho, nu=f.nu, scale_to_model=f.scale_to_model,
+                participation=cfg.participation)

@@ -10,13 +10,37 @@ clusters the extra clusters stay empty).
 
 Shapes: client models ``[C, P]``, cluster models ``[K, P]``, losses
 ``[C, K]``, assignments int64 ``[C]``.
+
+Round object :class:`Ifca` (``ifca``), below the math:
+- Init (SPEC §3 "IFCA: one init per cluster model"): cluster model 0 is the
+  common ``w0``; cluster model k > 0 is the architecture's default init
+  under the seed ``rng.hash_ints(seed, 0, INIT_STREAM, k, 0)`` (as
+  :func:`fedclust.runner.initial_weights` builds ``w0`` under ``seed``), so
+  the K inits are independent draws of the same init distribution and the
+  run is a function of the seed alone.
+- Plan: every client evaluates the K models on its training set
+  (``ctx.pair_loss``, K vectorized calls) and starts from the one with the
+  lowest loss; a client is evaluated with the model it chose (SPEC §5),
+  i.e. that cluster's model after the round's averaging.
+- Aggregate: per-cluster mean of the participants' trained models.  Every
+  rank must know every client's choice; the round's all-gather carries the
+  models clients started from (``gathers_before``), and a client's choice is
+  the cluster model its start equals (:func:`matching_model`).
+- Participation < 1: every client picks (IFCA's inference rule: the model
+  of lowest loss), only participants are averaged and counted as traffic.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from fedclust.algorithms.fedavg import check_weights
+from fedclust import rng
+from fedclust.algorithms.base import Context, RoundPlan, RoundView
+from fedclust.algorithms.fedavg import check_weights, own, participants, server_result
+
+INIT_STREAM = 110   # rng stream id of the cluster models' init seeds (not in rng.STREAMS)
 
 
 def assign_clusters(losses: torch.Tensor) -> torch.Tensor:
@@ -67,3 +91,95 @@ def cluster_average(
     filled = totals > 0
     means = sums / totals.clamp_min(torch.finfo(models.dtype).tiny)[:, None]
     return torch.where(filled[:, None], means, previous.to(models.dtype))
+
+
+# ----------------------------------------------------------------------------
+# Round object
+
+
+def model_init(arch: str, input_shape, num_classes: int, seed: int) -> torch.Tensor:
+    """Flat default init ``[P]`` of the architecture under ``seed`` (CPU
+    generator, identical on every rank; as ``fedclust.runner.initial_weights``)."""
+    from fedclust.engine.layout import ParamLayout
+    from fedclust.models import build_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = build_model(arch, input_shape, num_classes)
+    return ParamLayout.from_module(module).flatten(module).detach().clone()
+
+
+def cluster_inits(w0: torch.Tensor, K: int, seed: int, arch: str, input_shape, num_classes: int) -> torch.Tensor:
+    """``[K, P]`` initial cluster models: ``w0``, then the default init under
+    the seeds ``rng.hash_ints(seed, 0, INIT_STREAM, k, 0)``, k = 1..K-1."""
+    rows = [w0.detach()]
+    for k in range(1, K):   # K model builds, once per run
+        s = int(rng.hash_ints(seed, 0, INIT_STREAM, torch.tensor(k), 0))
+        w = model_init(arch, input_shape, num_classes, s).to(w0)
+        if w.shape != w0.shape:
+            raise ValueError(f"cluster init has {w.numel()} parameters but w0 has {w0.numel()}; "
+                             "pass the run's architecture and input shape")
+        rows.append(w)
+    return torch.stack(rows)
+
+
+def loss_matrix(ctx: Context, models: torch.Tensor) -> torch.Tensor:
+    """``[C, K]``: mean training loss of cluster model k on this rank's
+    client c (``ctx.pair_loss``, one vectorized call per cluster)."""
+    if ctx.pair_loss is None:
+        raise ValueError("IFCA needs ctx.pair_loss (the engine's loss of models on the clients' training sets)")
+    C = len(ctx.client_ids)
+    local = torch.arange(C, device=models.device)
+    return torch.stack([ctx.pair_loss(models[k].expand(C, -1), local) for k in range(models.shape[0])], dim=1)
+
+
+def matching_model(rows: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
+    """int64 ``[n]``: for each row the index of the nearest of ``models [K, P]``
+    (squared distance; 0 for a row that is an exact copy, as a client's
+    start is).  One pass per model, no loop over rows."""
+    d = torch.stack([(rows - models[k]).pow(2).sum(dim=1) for k in range(models.shape[0])], dim=1)
+    return d.argmin(dim=1)
+
+
+@dataclass
+class IfcaState:
+    models: torch.Tensor        # [K, P] cluster models (replicated)
+    assignment: torch.Tensor    # [n] int64: each client's latest choice (replicated)
+
+
+@dataclass
+class Ifca:
+    """IFCA round (papers/002 Algorithm 1, option II; module docstring)."""
+
+    clusters: int
+    arch: str
+    input_shape: tuple
+    num_classes: int
+    participation: float = 1.0
+    name: str = "ifca"
+    gathers_before: bool = True
+
+    def init(self, ctx: Context) -> IfcaState:
+        models = cluster_inits(ctx.w0, self.clusters, ctx.seed, self.arch, self.input_shape, self.num_classes)
+        return IfcaState(models=models.to(ctx.w0), assignment=torch.zeros(ctx.n, dtype=torch.int64, device=ctx.device))
+
+    def plan(self, state: IfcaState, ctx: Context, round_: int, models: torch.Tensor):
+        choice = assign_clusters(loss_matrix(ctx, state.models))
+        return state, RoundPlan(start=state.models[choice])
+
+    def aggregate(self, state: IfcaState, ctx: Context, view: RoundView):
+        K = state.models.shape[0]
+        active = participants(ctx.seed, view.round, ctx.n, self.participation, view.all_after.device)
+        choice = matching_model(view.all_before, state.models)
+        models = cluster_average(view.all_after[active], choice[active], K, state.models)
+        received = active.to(torch.float64) * K
+        return IfcaState(models, choice), server_result(ctx, models[own(ctx, choice)], choice, received,
+                                                        int(active.sum()))
+
+
+def make_ifca(cfg) -> Ifca:
+    from fedclust.config_methods import model_spec
+
+    arch, shape, classes = model_spec(cfg)
+    return Ifca(clusters=cfg.ifca.clusters, arch=arch, input_shape=shape, num_classes=classes,
+                participation=cfg.participation)
