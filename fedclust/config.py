@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from fedclust.config_methods import CflConfig, FedGroupConfig, FedProxConfig, FpfcConfig, IfcaConfig
+from fedclust.config_methods import CflConfig, FedGroupConfig, FedProxConfig, FpfcConfig, IfcaConfig, PensConfig
 from fedclust.errors import ConfigError
 
 
@@ -69,6 +69,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    pens: PensConfig = field(default_factory=PensConfig)
     fedprox: FedProxConfig = field(default_factory=FedProxConfig)
     ifca: IfcaConfig = field(default_factory=IfcaConfig)
     cfl: CflConfig = field(default_factory=CflConfig)
@@ -81,6 +82,7 @@ class Config:
     stage1_rounds: int = 100
     seed: int = 0
     out: str = ""                   # run directory; empty: runs/<algorithm>-<data>-s<seed>-<time>
+    label: str = ""                 # the run's name in reports and W&B; empty: algorithm.name
     device: str = "auto"            # auto | cpu | cuda
     eval_every: int = 1             # evaluate every this many rounds (and the last)
     progress: bool = True           # progress bar on rank 0

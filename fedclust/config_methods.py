@@ -14,6 +14,18 @@ from dataclasses import dataclass
 
 
 @dataclass
+class PensConfig:
+    # What "chosen" counts toward the threshold ceil(T1*(l+k)/n) of papers/001 §4.2:
+    # "selected": times a peer was in the top k (SPEC §4 as written);
+    # "drawn_and_selected": times it was drawn as a candidate plus times it was selected,
+    # whose expectation under random choice is exactly T1*(l+k)/n (fedclust/algorithms/pens.py).
+    count: str = "selected"
+
+
+PENS_COUNTS = ("selected", "drawn_and_selected")
+
+
+@dataclass
 class FedProxConfig:
     # FedProx's proximal weight; Li et al. (MLSys 2020) tune it over {0.001, 0.01, 0.1, 1}
     # per data set and name no single default.  Also FedGrouProx's mu (papers/003 §IV-A).
@@ -156,6 +168,9 @@ def validate_methods(cfg) -> None:
     if not 0.0 < cfg.participation <= 1.0:
         raise ConfigError("participation", cfg.participation, "must lie in (0, 1]: the share of clients per round")
     name, n = cfg.algorithm.name, cfg.clients
+    if name == "pens" and cfg.pens.count not in PENS_COUNTS:
+        raise ConfigError("pens.count", cfg.pens.count, f"use one of {', '.join(PENS_COUNTS)} (what counts toward "
+                          "PENS's threshold ceil(T1*(l+k)/n))")
     if name in ("fedprox", "fedgrouprox"):
         _finite("fedprox.mu", cfg.fedprox.mu, "the proximal weight must be a finite number >= 0 "
                 "(FedProx's grid: 0.001, 0.01, 0.1, 1; 0 is FedAvg)", strict=False)

@@ -40,14 +40,20 @@ def _fmt(m, s, digits=2):
     return "" if m is None else f"{m:.{digits}f} ±{s:.{digits}f}"
 
 
+def _order(label: str) -> tuple[int, str]:
+    """Table order: ORDER by algorithm name (a label's first word), then the label."""
+    base = label.split()[0].split("[")[0]
+    return (ORDER.index(base) if base in ORDER else 99, label)
+
+
 def table(runs: list[dict]) -> str:
     by_alg: dict[str, list[dict]] = {}
     for r in runs:
-        by_alg.setdefault(r["algorithm"], []).append(r)
+        by_alg.setdefault(r.get("label") or r["algorithm"], []).append(r)
     head = ("| method | seeds | final acc. (ours) | paper | diff | best acc. | precision | recall | clusters | ARI "
             "| s/round |\n|---|---|---|---|---|---|---|---|---|---|---|")
     rows = [head]
-    for alg in sorted(by_alg, key=lambda a: ORDER.index(a) if a in ORDER else 99):
+    for alg in sorted(by_alg, key=_order):
         rs = by_alg[alg]
         fm, fs = _mean_std([r["final_accuracy"] for r in rs])
         bm, bs = _mean_std([r["best_accuracy"] for r in rs])
@@ -56,7 +62,7 @@ def table(runs: list[dict]) -> str:
         km, _ = _mean_std([r.get("num_clusters") for r in rs])
         am, as_ = _mean_std([r.get("ari") for r in rs])
         tm, _ = _mean_std([r.get("mean_round_seconds") for r in rs])
-        paper = PAPER_FMNIST.get(alg)
+        paper = PAPER_FMNIST.get(rs[0]["algorithm"])
         rows.append("| " + " | ".join([
             alg, str(len(rs)), _fmt(fm, fs), _fmt(*paper) if paper else "",
             f"{fm - paper[0]:+.2f}" if paper and fm is not None else "", _fmt(bm, bs), _fmt(pm, ps, 3),
@@ -72,10 +78,10 @@ def curves(runs: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in sorted(runs, key=lambda r: (r["algorithm"], r.get("seed", 0))):
+    for r in sorted(runs, key=lambda r: (_order(r.get("label") or r["algorithm"]), r.get("seed", 0))):
         recs = [json.loads(x) for x in (Path(r["_dir"]) / "metrics.jsonl").read_text().splitlines() if x.strip()]
         ax.plot([x["round"] for x in recs], [x["accuracy"] for x in recs], lw=1,
-                label=f"{r['algorithm']} s{r.get('seed', 0)}")
+                label=f"{r.get('label') or r['algorithm']} s{r.get('seed', 0)}")
     ax.set_xlabel("round")
     ax.set_ylabel("mean test accuracy (%)")
     ax.legend(fontsize=7, ncol=2)

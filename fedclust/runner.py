@@ -223,6 +223,7 @@ def _summary(cfg, history, lists, assignment, clusters, wall) -> dict:
     best = max(history, key=lambda r: r["accuracy"])
     summary = {
         "algorithm": cfg.algorithm.name,
+        "label": cfg.label or cfg.algorithm.name,
         "data": cfg.data.name,
         "clients": cfg.clients,
         "seed": cfg.seed,

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from fedclust import rng
@@ -34,15 +35,16 @@ def make_ctx(ids):
                    stage1_rounds=T1, w0=torch.zeros(N), device=torch.device("cpu"), pair_loss=pair_loss)
 
 
-def config():
+def config(count="selected"):
     cfg = Config()
     cfg.algorithm.k, cfg.algorithm.l = K, L
     cfg.stage1_rounds = T1
+    cfg.pens.count = count
     return cfg
 
 
-def run(ids, rounds):
-    alg = make_pens(config())
+def run(ids, rounds, count="selected"):
+    alg = make_pens(config(count))
     ctx = make_ctx(ids)
     models = torch.eye(N)
     state = alg.init(ctx)
@@ -54,7 +56,7 @@ def run(ids, rounds):
     return out
 
 
-def plain_pens_lists():
+def plain_pens_lists(count="selected"):
     """Reference, one client at a time: stage-one top k, counts and the fixed list."""
     table = loss_table()
     tops, lists, fell = [], [], []
@@ -69,6 +71,9 @@ def plain_pens_lists():
             top = set(cand[:K])
             for j in top:
                 counts[j] += 1
+            if count == "drawn_and_selected":
+                for j in cand:
+                    counts[j] += 1
             per_round.append(top)
         thr = math.ceil(T1 * (L + K) / N)
         chosen = {j for j in range(N) if counts[j] > thr}
@@ -93,10 +98,12 @@ def test_fixed_list_and_fallback():
     assert fell.tolist() == [False, True, True]
 
 
-def test_pens_equals_plain_loop():
-    tops, lists, fell = plain_pens_lists()
-    assert any(fell) and not all(fell)          # the data exercise both branches
-    steps = run(range(N), T1 + 5)
+@pytest.mark.parametrize("count", ["selected", "drawn_and_selected"])
+def test_pens_equals_plain_loop(count):
+    tops, lists, fell = plain_pens_lists(count)
+    if count == "selected":
+        assert any(fell) and not all(fell)      # the data exercise both branches
+    steps = run(range(N), T1 + 5, count)
     for t, (state, mask, nl) in enumerate(steps, start=1):
         assert isinstance(state, PensState)
         assert not mask.diagonal().any() and not nl.diagonal().any()
@@ -115,7 +122,7 @@ def test_pens_equals_plain_loop():
         cand = torch.nonzero(~torch.isnan(state.last_similarity[0])).flatten().tolist()
         assert torch.nonzero(mask[0]).flatten().tolist() == sorted(cand)[:K]
     counts = steps[T1 - 1][0].counts
-    assert counts.sum(1).eq(T1 * K).all()
+    assert counts.sum(1).eq(T1 * (K if count == "selected" else K + L)).all()
 
 
 def test_candidates_are_fresh_each_round():
@@ -130,6 +137,21 @@ def test_all_clients_equal_two_halves():
     for (sw, mw, lw), (sl, ml, ll), (sh, mh, lh) in zip(whole, low, high):
         assert torch.equal(mw, torch.cat([ml, mh])) and torch.equal(lw, torch.cat([ll, lh]))
         assert torch.equal(sw.counts, torch.cat([sl.counts, sh.counts]))
+
+
+def test_drawn_and_selected_counts_by_hand():
+    """Counting draws too adds exactly each round's candidates to the counts."""
+    sel = run(range(N), T1, "selected")
+    both = run(range(N), T1, "drawn_and_selected")
+    drawn = sum((~torch.isnan(s.last_similarity)).to(torch.int64) for s, _, _ in sel)
+    assert torch.equal(both[-1][0].counts, sel[-1][0].counts + drawn)
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(sel, both))   # stage one picks the same top k
+
+
+def test_refuses_bad_count():
+    with pytest.raises(ConfigError) as err:
+        make_pens(config("drawn"))
+    assert err.value.field == "pens.count"
 
 
 def test_refuses_no_stage_one():

@@ -8,6 +8,19 @@ chosen.  After T1 the peers chosen more than ``ceil(T1·(l+k)/n)`` times
 ("the expected amount of times", papers/001 §4.2) form the fixed list; each
 later round averages with k drawn uniformly from it (all if fewer).
 
+What counts as "chosen" (``pens.count``):
+
+- ``selected`` (default, SPEC §4 as written): the times j was in i's top k.
+  Under random choice that is T1·k/n on average, so a threshold of
+  T1·(l+k)/n is passed only by peers picked far more often than chance: with
+  l = 10, k = 5, n = 100, T1 = 100 a same-cluster peer is drawn about 10
+  times and picked about as often, below the threshold 15, and the lists
+  come out short.
+- ``drawn_and_selected``: the times j was drawn as a candidate plus the times
+  it was selected; its mean under random choice is exactly T1·l/n + T1·k/n =
+  T1·(l+k)/n, the threshold's formula, so "more than expected" separates
+  same-cluster peers (about 20) from the others (about 10).
+
 Fallback (not in the papers): a client whose fixed list comes out empty
 keeps its last stage-one top-k as the list, so it does not fall silent;
 ``PensState.fell_back`` marks those clients.
@@ -31,7 +44,7 @@ from fedclust.algorithms.panm import check_peer_config, recorded_similarity, sim
 class PensState:
     """Per-rank state; rows are ``ctx.client_ids``."""
 
-    counts: torch.Tensor           # [C, n] int64: times each peer was in the top k during stage one
+    counts: torch.Tensor           # [C, n] int64: times each peer was chosen during stage one (see pens.count)
     last_topk: torch.Tensor        # [C, n] bool: the top k of the last stage-one round
     fixed: torch.Tensor            # [C, n] bool: the stage-two list (empty until it is formed)
     formed: bool                   # whether ``fixed`` has been formed (first stage-two round)
@@ -58,6 +71,7 @@ class PENS:
     k: int
     l: int
     stage1_rounds: int
+    count: str = "selected"        # "selected" | "drawn_and_selected" (module docstring)
     name: str = "pens"
     gathers_before: bool = False
 
@@ -75,8 +89,11 @@ class PENS:
             cand = draw_candidates(ctx.seed, t, ctx.client_ids, ctx.self_mask, self.l)
             sim = similarity_for("loss", 0.0, ctx, view, cand)
             top = top_k_in_mask(sim, cand, self.k)
+            chosen = top.to(torch.int64)
+            if self.count == "drawn_and_selected":
+                chosen = chosen + cand.to(torch.int64)
             new = dataclasses.replace(
-                state, counts=state.counts + top.to(torch.int64), last_topk=top, similarity_round=t,
+                state, counts=state.counts + chosen, last_topk=top, similarity_round=t,
                 last_similarity=recorded_similarity(sim, cand, ctx.self_mask, full=False))
             return new, top
         if not state.formed:
@@ -97,7 +114,12 @@ class PENS:
 
 
 def make_pens(cfg) -> PENS:
-    """PENS with cfg.algorithm.k, .l and cfg.stage1_rounds."""
+    """PENS with cfg.algorithm.k, .l, cfg.stage1_rounds and cfg.pens.count."""
+    from fedclust.config_methods import PENS_COUNTS
+    from fedclust.errors import ConfigError
+
     a = cfg.algorithm
     check_peer_config("pens", a.k, a.l, cfg.stage1_rounds)
-    return PENS(k=a.k, l=a.l, stage1_rounds=cfg.stage1_rounds)
+    if cfg.pens.count not in PENS_COUNTS:
+        raise ConfigError("pens.count", cfg.pens.count, f"use one of {', '.join(PENS_COUNTS)}")
+    return PENS(k=a.k, l=a.l, stage1_rounds=cfg.stage1_rounds, count=cfg.pens.count)
