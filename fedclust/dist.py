@@ -65,3 +65,14 @@ def gather_rows(fabric, rows: torch.Tensor, n: int) -> torch.Tensor:
     gathered = fabric.all_gather(rows)  # [world, longest, ...]
     parts = [gathered[r, : shard_bounds(n, world, r)[1] - shard_bounds(n, world, r)[0]] for r in range(world)]
     return torch.cat(parts)
+
+
+def gather_parts(fabric, parts: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+    """Every rank's rows of each ``[C, k_i]`` part, as ``[n, k_i]`` tensors,
+    in one collective (the parts travel side by side in one buffer).  With
+    one process the parts are returned as they are, without a copy."""
+    if fabric.world_size == 1:
+        return list(parts)
+    widths = [p.shape[1] for p in parts]
+    gathered = gather_rows(fabric, torch.cat(parts, dim=1), n)
+    return [g.contiguous() for g in torch.split(gathered, widths, dim=1)]

@@ -19,8 +19,9 @@ from fedclust import rng
 from fedclust.algorithms import registry
 from fedclust.algorithms.base import Context, RoundView, as_round_algorithm
 from fedclust.data import load_federated
-from fedclust.dist import gather_rows, make_fabric, shard_bounds
+from fedclust.dist import gather_parts, gather_rows, make_fabric, shard_bounds
 from fedclust.engine.layout import ParamLayout
+from fedclust.engine.pool import pool_losses
 from fedclust.engine.train import TrainSettings, evaluate, pair_losses, train_round
 from fedclust.errors import DivergenceError
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
@@ -64,8 +65,12 @@ def run(cfg, out: str | None = None) -> dict:
     def pair_loss(models, owner):
         return pair_losses(models, layout, arch, data.train_x, data.train_y, owner)
 
+    def pool_loss(models, peers):
+        return pool_losses(models, layout, arch, data.train_x, data.train_y, peers)
+
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=data.clusters.to(device), seed=cfg.seed,
-                  stage1_rounds=cfg.stage1_rounds, w0=w0, device=device, pair_loss=pair_loss)
+                  stage1_rounds=cfg.stage1_rounds, w0=w0, device=device, pair_loss=pair_loss,
+                  pool_loss=pool_loss)
     algo = as_round_algorithm(registry.build(cfg))
     state = algo.init(ctx)
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
@@ -84,22 +89,19 @@ def run(cfg, out: str | None = None) -> dict:
             settings.lr = cfg.train.lr * cfg.train.lr_decay ** (t - 1)
             state, plan = algo.plan(state, ctx, t, flat)
             flat = flat if plan.start is flat else plan.start.contiguous().clone()  # trained in place
-            before = flat.clone()  # this rank's models before local training
+            before = flat.clone() if algo.gathers_before else None  # models before local training, if used
             orders = rng.batch_orders(cfg.seed, t, client_ids, cfg.train.local_epochs, data.train_x.shape[1]).to(device)
             train_loss = train_round(flat, layout, arch, data.train_x, data.train_y, orders, settings,
                                      anchor=plan.anchor, mu=plan.mu)
 
-            rows = [flat, train_loss[:, None].to(flat.dtype)]
-            if algo.gathers_before:
-                rows.append(before)
-            gathered = gather_rows(fabric, torch.cat(rows, dim=1), n)  # the round's one all-gather
-            P = flat.shape[1]
-            all_after, all_loss = gathered[:, :P], gathered[:, P]
+            parts = [flat, train_loss[:, None].to(flat.dtype)] + ([before] if algo.gathers_before else [])
+            gathered = gather_parts(fabric, parts, n)  # the round's one all-gather
+            all_after, all_loss = gathered[0], gathered[1][:, 0]
             bad = (~torch.isfinite(all_loss)).nonzero().flatten().tolist()
             if bad:
                 raise DivergenceError(t, bad)
             view = RoundView(round=t, before=before, after=flat, all_after=all_after,
-                             all_before=gathered[:, P + 1:] if algo.gathers_before else None)
+                             all_before=gathered[2] if algo.gathers_before else None)
             state, result = algo.aggregate(state, ctx, view)
             flat = result.models
             traffic.add(result)

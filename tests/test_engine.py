@@ -19,6 +19,7 @@ from fedclust.engine import train
 from fedclust.engine.functional import batched_forward_fn, forward_fn
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.reference import reference_train_round
+from fedclust.engine.pool import pool_losses
 from fedclust.engine.train import TrainSettings, evaluate, pair_losses, train_round
 from fedclust.errors import ConfigError
 from fedclust.models import build_model, default_arch
@@ -265,6 +266,24 @@ def test_pair_losses_equals_per_model_evaluation(arch, shape, monkeypatch):
     assert torch.allclose(pair_losses(models, layout, arch, x, y, owner), want, atol=1e-10)
     with pytest.raises(ValueError, match="owner"):
         pair_losses(models, layout, arch, x, y, torch.full((7,), 4))
+
+
+@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("cnn", SMALL_CNN)])
+def test_pool_losses_equals_per_model_evaluation(arch, shape):
+    """Client c's loss of models[peers[c, s]], grouped by client, against nn.Module evaluation one model at a time."""
+    module, layout, flat, x, y = make(arch, shape, 4, 20, spread=0.3)
+    torch.manual_seed(6)
+    models = torch.cat([flat, flat[:2] + 0.2 * torch.randn(2, layout.numel, dtype=flat.dtype)])   # 6 models
+    peers = torch.tensor([[1, 4, 5], [0, 0, 2], [5, 3, 1], [2, 4, 0]])   # repeats allowed (padding)
+    owner = torch.arange(4).repeat_interleave(3)
+    _, want = loop_metrics(module, layout, models[peers.reshape(-1)], x[owner], y[owner])
+    got = pool_losses(models, layout, arch, x, y, peers)
+    assert got.shape == (4, 3) and torch.allclose(got.reshape(-1), want, atol=1e-10)
+    for chunk in (1, 3):     # clients per pass
+        assert torch.allclose(pool_losses(models, layout, arch, x, y, peers, chunk=chunk), got, atol=1e-12)
+    assert pool_losses(models, layout, arch, x, y, peers[:, :0]).shape == (4, 0)
+    with pytest.raises(ValueError, match="peers"):
+        pool_losses(models, layout, arch, x, y, torch.full((4, 2), 6))
 
 
 # ---------------------------------------------------------------- bench

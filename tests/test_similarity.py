@@ -4,7 +4,8 @@ import math
 
 import torch
 
-from fedclust.algorithms.similarity import NOT_COMPUTED, cosine_matrix, grad_similarity, loss_similarity
+from fedclust.algorithms.similarity import (NOT_COMPUTED, cosine_matrix, grad_similarity, loss_similarity,
+                                            padded_pools)
 
 
 def plain_cos(u, v):
@@ -29,10 +30,9 @@ def test_grad_similarity_equals_per_pair_cosines():
     w0, before, after = world()
     n = after.shape[0]
     alpha = 0.3
-    own = torch.arange(2, 6)                     # a rank holding clients 2..5
-    got = grad_similarity(after[own], before[own], after, before, w0, alpha)
+    got = grad_similarity(after, before, w0, alpha, own=slice(2, 6))   # a rank holding clients 2..5
     assert got.shape == (4, n)
-    for r, i in enumerate(own.tolist()):
+    for r, i in enumerate(range(2, 6)):
         for j in range(n):
             d_i, d_j = (after[i] - before[i]).tolist(), (after[j] - before[j]).tolist()
             t_i, t_j = (after[i] - w0).tolist(), (after[j] - w0).tolist()
@@ -42,7 +42,7 @@ def test_grad_similarity_equals_per_pair_cosines():
 
 def test_grad_similarity_is_symmetric_and_finite():
     w0, before, after = world(n=9, P=5, seed=1)
-    s = grad_similarity(after, before, after, before, w0, 0.5)
+    s = grad_similarity(after, before, w0, 0.5)
     assert torch.isfinite(s).all()
     assert torch.allclose(s, s.T, atol=1e-12)
     assert s.abs().max() <= 1 + 1e-12
@@ -96,3 +96,30 @@ def test_loss_similarity_zero_loss_and_empty_mask():
     assert torch.isfinite(s[0, 1:]).all() and s[0, 0].item() == NOT_COMPUTED
     empty = loss_similarity(zero_loss, all_after, torch.zeros(1, 3, dtype=torch.bool))
     assert (empty == NOT_COMPUTED).all()
+
+
+def test_padded_pools_by_hand():
+    mask = torch.tensor([[False, True, False, True], [True, True, True, False], [False, False, False, False]])
+    peers, valid = padded_pools(mask)
+    assert peers.tolist() == [[1, 3, 1], [0, 1, 2], [0, 0, 0]]
+    assert valid.tolist() == [[True, True, False], [True, True, True], [False, False, False]]
+
+
+def test_loss_similarity_pool_path_equals_pair_path():
+    """The grouped pool_loss path gives the pairwise path's matrix, padding never written."""
+    g = torch.Generator().manual_seed(4)
+    n, P = 9, 5
+    all_after = torch.randn(n, P, generator=g)
+    targets = torch.randn(n, P, generator=g)
+    own = torch.tensor([2, 3, 4, 5])
+    mask = torch.rand(4, n, generator=g) < 0.4
+    mask[0] = False
+    mask[0, 8] = True                        # a row of one peer: padded with column 8 twice
+    mask[torch.arange(4), own] = False
+
+    def pool_loss(models, peers):
+        return ((models[peers] - targets[own][:, None, :]) ** 2).sum(2) + 0.5
+
+    want = loss_similarity(make_pair_loss(targets, own, []), all_after, mask)
+    got = loss_similarity(None, all_after, mask, pool_loss=pool_loss)
+    assert torch.allclose(got, want, rtol=1e-6) and torch.equal(got == NOT_COMPUTED, ~mask)

@@ -32,6 +32,19 @@ class Context:
     # loss of models on the training sets of this rank's clients:
     # (models [M, P], local client index [M]) -> mean cross-entropy [M]
     pair_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # the same losses grouped by client (faster): (models [M, P], peers [C, m] indices
+    # into models) -> [C, m], row c on this rank's client c's training set
+    pool_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+
+    @property
+    def own_rows(self) -> slice:
+        """This rank's clients as a slice of the gathered ``[n, ...]`` rows
+        (shards are contiguous, :func:`fedclust.dist.shard_bounds`)."""
+        ids = self.client_ids
+        start = int(ids[0]) if len(ids) else 0
+        if len(ids) and int(ids[-1]) - start + 1 != len(ids):
+            raise ValueError(f"client_ids must be contiguous, got {ids.tolist()[:10]}...")
+        return slice(start, start + len(ids))
 
     @property
     def self_mask(self) -> torch.Tensor:
@@ -46,7 +59,7 @@ class RoundView:
     """What the round's single all-gather makes visible."""
 
     round: int                          # 1-based
-    before: torch.Tensor                # [C, P] this rank's models before local training
+    before: torch.Tensor | None         # [C, P] this rank's models before local training (gathers_before only)
     after: torch.Tensor                 # [C, P] after local training
     all_after: torch.Tensor             # [n, P] every client's model after local training
     all_before: torch.Tensor | None = None  # [n, P], only if the algorithm sets gathers_before

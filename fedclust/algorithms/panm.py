@@ -43,12 +43,13 @@ def similarity_for(metric: str, alpha: float, ctx: Context, view: RoundView, poo
     """``[C, n]`` similarity of this rank's clients to the peers in ``pool``
     (loss: only there, ``-inf`` elsewhere; grad: everywhere)."""
     if metric == "loss":
-        if ctx.pair_loss is None:
-            raise ValueError("loss similarity needs ctx.pair_loss (the engine's loss of peer models on own data)")
-        return loss_similarity(ctx.pair_loss, view.all_after, pool)
+        if ctx.pair_loss is None and ctx.pool_loss is None:
+            raise ValueError("loss similarity needs ctx.pool_loss or ctx.pair_loss (the engine's loss of peer "
+                             "models on own data)")
+        return loss_similarity(ctx.pair_loss, view.all_after, pool, pool_loss=ctx.pool_loss)
     if view.all_before is None:
         raise ValueError("grad similarity needs view.all_before: the algorithm must set gathers_before=True")
-    return grad_similarity(view.after, view.before, view.all_after, view.all_before, ctx.w0.to(view.after.device), alpha)
+    return grad_similarity(view.all_after, view.all_before, ctx.w0.to(view.after.device), alpha, own=ctx.own_rows)
 
 
 def recorded_similarity(sim: torch.Tensor, pool: torch.Tensor, self_mask: torch.Tensor, full: bool) -> torch.Tensor:

@@ -31,45 +31,76 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor, eps: float = EPS) -> torch.T
     return (a @ b.T) / (na[:, None] * nb[None, :])
 
 
+def cosine_rows(b: torch.Tensor, own: slice, eps: float = EPS) -> torch.Tensor:
+    """``cosine_matrix(b[own], b)``: the rows ``own`` of ``b``'s cosine matrix,
+    with the row norms computed once."""
+    nb = b.norm(dim=1).clamp_min(eps)
+    return (b[own] @ b.T) / (nb[own][:, None] * nb[None, :])
+
+
 def grad_similarity(
-    after_own: torch.Tensor,
-    before_own: torch.Tensor,
     all_after: torch.Tensor,
     all_before: torch.Tensor,
     w0: torch.Tensor,
     alpha: float,
+    own: slice = slice(None),
 ) -> torch.Tensor:
-    """PANMGrad similarity, papers/001 Eq. 6: ``[C, n]``.
+    """PANMGrad similarity, papers/001 Eq. 6: ``[C, n]``, rows ``own``.
 
-    ``after_own``/``before_own`` are this rank's models after/before the
-    round's local training ``[C, P]``, ``all_after``/``all_before`` everyone's
-    ``[n, P]``, ``w0`` the common initial weights ``[P]``.
+    ``all_after``/``all_before`` are everyone's models after/before the
+    round's local training ``[n, P]``, ``w0`` the common initial weights
+    ``[P]``, ``own`` the contiguous rows of this rank's clients.  Each
+    difference (update, distance from w0) is formed once for all n clients,
+    one ``[n, P]`` temporary at a time, and this rank's rows are slices of it.
     """
-    # one [n, P] temporary at a time
-    cos_update = cosine_matrix(after_own - before_own, all_after - all_before)
-    cos_total = cosine_matrix(after_own - w0, all_after - w0)
-    return alpha * cos_update + (1.0 - alpha) * cos_total
+    cos_update = cosine_rows(all_after - all_before, own)
+    cos_total = cosine_rows(all_after - w0, own)
+    return cos_update.mul_(alpha).add_(cos_total, alpha=1.0 - alpha)
+
+
+def padded_pools(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(peers [C, m], valid [C, m])`` of a ``[C, n]`` bool mask: row c's
+    True columns in ascending order, padded to the longest row ``m`` with
+    the row's first True column (or 0); ``valid`` marks the real entries."""
+    counts = mask.sum(1)
+    m = int(counts.max()) if mask.numel() else 0
+    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :m]   # True columns first
+    valid = torch.arange(m, device=mask.device)[None, :] < counts[:, None]
+    peers = torch.where(valid, order, order[:, :1].expand_as(order))
+    return peers, valid
 
 
 def loss_similarity(
-    pair_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    pair_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
     all_after: torch.Tensor,
     cand_mask: torch.Tensor,
     chunk: int | None = None,
+    pool_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """PANMLoss / PENS similarity, papers/001 Eq. 3: ``[C, n]``.
 
-    ``s_cj = 1 / F_c(w_j)`` for every True entry of ``cand_mask [C, n]``,
-    where ``pair_loss(models [M, P], local_index [M]) -> [M]`` is the mean
+    ``s_cj = 1 / F_c(w_j)`` for every True entry of ``cand_mask [C, n]``;
+    entries not asked for are ``-inf`` (``NOT_COMPUTED``).  The losses come
+    from ``pool_loss(models [n, P], peers [C, m]) -> [C, m]`` when given
+    (the engine's grouped path: client c's loss of ``models[peers[c, s]]``,
+    rows padded by :func:`padded_pools`), else from
+    ``pair_loss(models [M, P], local_index [M]) -> [M]``, the mean
     cross-entropy of each model on the training set of this rank's client
-    ``local_index``.  Entries not asked for are ``-inf`` (``NOT_COMPUTED``).
-    The pairs go to ``pair_loss`` in chunks of at most ``chunk`` models
-    (default: as many as fit in ``PAIR_CHUNK_ELEMENTS`` weights).
+    ``local_index``, called on chunks of at most ``chunk`` pairs (default:
+    as many as fit in ``PAIR_CHUNK_ELEMENTS`` weights).
     """
     rows, cols = cand_mask.nonzero(as_tuple=True)
     out = torch.full(cand_mask.shape, NOT_COMPUTED, dtype=torch.float32, device=cand_mask.device)
     if rows.numel() == 0:
         return out
+    if pool_loss is not None:
+        peers, valid = padded_pools(cand_mask)
+        loss = pool_loss(all_after, peers.to(all_after.device)).to(device=out.device, dtype=torch.float32)
+        r = torch.arange(len(peers), device=out.device)[:, None].expand_as(peers)
+        out[r[valid], peers[valid]] = 1.0 / loss[valid].clamp_min(LOSS_FLOOR)   # padding never written
+        return out
+    if pair_loss is None:
+        raise ValueError("loss_similarity needs pair_loss or pool_loss")
     if chunk is None:
         chunk = max(1, PAIR_CHUNK_ELEMENTS // max(1, all_after.shape[1]))
     losses = []

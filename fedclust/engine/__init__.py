@@ -1,10 +1,11 @@
 """Vectorized training engine: many clients' models as rows of one flat
 ``[C, P]`` buffer (:mod:`.layout`), functional forwards of the SPEC §2
 models (:mod:`.functional`), local SGD, evaluation and cross-model losses
-for all clients at once (:mod:`.train`), and the plain per-client path they
+for all clients at once (:mod:`.train`, :mod:`.pool`), and the plain per-client path they
 are checked against (:mod:`.reference`)."""
 
 from fedclust.engine.layout import ParamLayout
+from fedclust.engine.pool import pool_losses
 from fedclust.engine.train import TrainSettings, evaluate, pair_losses, train_round
 
-__all__ = ["ParamLayout", "TrainSettings", "evaluate", "pair_losses", "train_round"]
+__all__ = ["ParamLayout", "TrainSettings", "evaluate", "pair_losses", "pool_losses", "train_round"]
