@@ -1,4 +1,4 @@
-"""Command line: ``fedclust run|check|bench|theory``."""
+"""Command line: ``fedclust run|check|bench|bench-rounds|report|theory``."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     c.add_argument("--keys", action="store_true", help="list every valid key")
     sub.add_parser("bench", help="time one round of local training (see fedclust bench --help)", add_help=False)
+    sub.add_parser("bench-rounds", help="whole-round time of algorithms side by side (see fedclust bench-rounds --help)",
+                   add_help=False)
     sub.add_parser("report", help="results table of run directories (see fedclust report --help)", add_help=False)
     sub.add_parser("theory", help="Theorem 1 of PANM (see fedclust theory --help)", add_help=False)
     return p
@@ -53,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
             from fedclust import bench
 
             return bench.main(argv[1:])
+        if argv and argv[0] == "bench-rounds":
+            from fedclust import bench_rounds
+
+            return bench_rounds.main(argv[1:])
         if argv and argv[0] == "report":
             from fedclust import report
 
