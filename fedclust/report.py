@@ -51,7 +51,8 @@ def table(runs: list[dict]) -> str:
     for r in runs:
         by_alg.setdefault(r.get("label") or r["algorithm"], []).append(r)
     head = ("| method | seeds | final acc. (ours) | paper | diff | best acc. | precision | recall | clusters | ARI "
-            "| s/round |\n|---|---|---|---|---|---|---|---|---|---|---|")
+            "| models received per client | most received in a round | s/round |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = [head]
     for alg in sorted(by_alg, key=_order):
         rs = by_alg[alg]
@@ -62,11 +63,14 @@ def table(runs: list[dict]) -> str:
         km, _ = _mean_std([r.get("num_clusters") for r in rs])
         am, as_ = _mean_std([r.get("ari") for r in rs])
         tm, _ = _mean_std([r.get("mean_round_seconds") for r in rs])
+        rm, _ = _mean_std([r.get("models_received_per_client") for r in rs])
+        xm, _ = _mean_std([r.get("max_models_received_per_round") for r in rs])
         paper = PAPER_FMNIST.get(rs[0]["algorithm"])
         rows.append("| " + " | ".join([
             alg, str(len(rs)), _fmt(fm, fs), _fmt(*paper) if paper else "",
             f"{fm - paper[0]:+.2f}" if paper and fm is not None else "", _fmt(bm, bs), _fmt(pm, ps, 3),
             _fmt(qm, qs, 3), "" if km is None else f"{km:.1f}", _fmt(am, as_, 3),
+            "" if rm is None else f"{rm:.0f}", "" if xm is None else f"{xm:.0f}",
             "" if tm is None else f"{tm:.2f}"]) + " |")
     return "\n".join(rows) + "\n"
 

@@ -1,0 +1,39 @@
+"""fedclust report: the results table from run summaries, by hand."""
+
+import json
+
+from fedclust import report
+
+
+def summary(alg, seed, acc, label=None, **extra):
+    s = {"algorithm": alg, "seed": seed, "final_accuracy": acc, "best_accuracy": acc + 1.0,
+         "neighbor_precision": None, "neighbor_recall": None, "num_clusters": 2, "ari": 1.0,
+         "models_received_per_client": 1500.0, "max_models_received_per_round": 5.0, "mean_round_seconds": 2.0}
+    if label:
+        s["label"] = label
+    s.update(extra)
+    return s
+
+
+def test_table_groups_by_label_and_compares_with_paper():
+    runs = [summary("random", 0, 85.0), summary("random", 1, 86.0),
+            summary("pens", 0, 80.0, label="pens[drawn_and_selected]"), summary("pens", 0, 84.0),
+            summary("ifca", 0, 86.5, models_received_per_client=300.0, max_models_received_per_round=200.0)]
+    rows = report.table(runs).splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == ["| random", "| pens", "| pens[drawn_and_selected]", "| ifca"]
+    random = rows[0].split(" | ")
+    assert random[1:5] == ["2", "85.50 ±0.71", "85.94 ±0.27", "-0.44"]   # mean, sample std, paper, diff
+    variant = rows[2].split(" | ")
+    assert variant[3:5] == ["86.82 ±0.11", "-6.82"]                      # compared with the paper's PENS
+    ifca = rows[3].split(" | ")
+    assert ifca[3] == "" and ifca[10:12] == ["300", "200"]
+
+
+def test_main_reads_run_directories(tmp_path, capsys):
+    for name, s in (("a", summary("local", 0, 74.0)), ("b", summary("oracle", 0, 86.0))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+    assert report.main([str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "missing")]) == 0
+    out = capsys.readouterr().out
+    assert "| local | 1 | 74.00 ±0.00 | 76.24 ±0.22 | -2.24 |" in out and "| oracle |" in out
+    assert report.main([str(tmp_path / "missing")]) == 2
