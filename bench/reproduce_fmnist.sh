@@ -4,39 +4,47 @@
 # rotations {0°, 180°}, l = 10, k = 5, 300 rounds), then the results table.
 #
 #   SEEDS="0 1 2" OUT=runs/fmnist bash bench/reproduce_fmnist.sh           # everything
-#   SET=p2p bash bench/reproduce_fmnist.sh                                 # the seven of Table 2 (+ PENS variant)
-#   SET=central bash bench/reproduce_fmnist.sh                             # FedAvg, IFCA, CFL, FedGroup, FPFC
+#   SET=p2p bash bench/reproduce_fmnist.sh      # the seven of Table 2, and PENS counting draws too
+#   SET=central bash bench/reproduce_fmnist.sh  # FedAvg, IFCA (c = 2), CFL, FedGroup, FPFC
 #
-# A run whose summary.json exists is skipped, so an interrupted sweep resumes.
-# On a CPU the runs go in two lanes of one thread each (THREADS to change).
+# LANES runs go at once (default 2, one thread each on a CPU: THREADS); a run
+# whose summary.json exists is skipped, so an interrupted sweep resumes.
+# EXTRA adds config overrides to every run (e.g. EXTRA="device=cuda");
+# FEDCLUST is the command (default: fedclust; e.g. "python3 -m fedclust").
 set -euo pipefail
 SEEDS=${SEEDS:-0}
 OUT=${OUT:-runs/fmnist}
 THREADS=${THREADS:-1}
+LANES=${LANES:-2}
 SET=${SET:-all}
+EXTRA=${EXTRA:-}
+FEDCLUST=${FEDCLUST:-fedclust}
+export OUT THREADS EXTRA FEDCLUST
 
-# one run: TAG [KEY=VALUE ...]; TAG names the run directory and its label in the table
-one() {
-  local tag=$1; shift
-  for s in $SEEDS; do
-    [ -f "$OUT/$tag-s$s/summary.json" ] && continue
-    OMP_NUM_THREADS=$THREADS fedclust run configs/fmnist_rotation2.yaml "$@" seed="$s" label="$tag" \
-      out="$OUT/$tag-s$s" progress=false > "$OUT/$tag-s$s.log" 2>&1 || echo "failed: $tag seed $s (see $OUT/$tag-s$s.log)"
-  done
-}
-p2p_a() { one panm_loss algorithm.name=panm_loss; one local algorithm.name=local
-          one fixtopology algorithm.name=fixtopology
-          one "pens[drawn_and_selected]" algorithm.name=pens pens.count=drawn_and_selected; }
-p2p_b() { one pens algorithm.name=pens; one panm_grad algorithm.name=panm_grad
-          one random algorithm.name=random; one oracle algorithm.name=oracle; }
-central_a() { one fedavg algorithm.name=fedavg; one cfl algorithm.name=cfl; one fpfc algorithm.name=fpfc; }
-central_b() { one ifca algorithm.name=ifca ifca.clusters=2; one fedgroup algorithm.name=fedgroup; }
-
-mkdir -p "$OUT"
+# TAG [KEY=VALUE ...]: TAG names the run directory and its label in the table
+P2P=("panm_loss algorithm.name=panm_loss" "pens algorithm.name=pens" "panm_grad algorithm.name=panm_grad"
+     "random algorithm.name=random" "oracle algorithm.name=oracle" "fixtopology algorithm.name=fixtopology"
+     "local algorithm.name=local" "pens[drawn_and_selected] algorithm.name=pens pens.count=drawn_and_selected")
+CENTRAL=("fpfc algorithm.name=fpfc" "ifca algorithm.name=ifca ifca.clusters=2" "fedavg algorithm.name=fedavg"
+         "cfl algorithm.name=cfl" "fedgroup algorithm.name=fedgroup")
 case $SET in
-  p2p) p2p_a & p2p_b & wait ;;
-  central) central_a & central_b & wait ;;
-  all) { p2p_a; central_a; } & { p2p_b; central_b; } & wait ;;
+  p2p) SPECS=("${P2P[@]}") ;;
+  central) SPECS=("${CENTRAL[@]}") ;;
+  all) SPECS=("${P2P[@]}" "${CENTRAL[@]}") ;;
   *) echo "SET must be p2p, central or all, got '$SET'" >&2; exit 2 ;;
 esac
-fedclust report "$OUT"/*/ --curves "$OUT/accuracy_curves.png"
+
+run_one() {   # SEED TAG [KEY=VALUE ...]
+  local s=$1 tag=$2; shift 2
+  [ -f "$OUT/$tag-s$s/summary.json" ] && return 0
+  # shellcheck disable=SC2086
+  OMP_NUM_THREADS=$THREADS $FEDCLUST run configs/fmnist_rotation2.yaml "$@" seed="$s" label="$tag" \
+    out="$OUT/$tag-s$s" progress=false $EXTRA > "$OUT/$tag-s$s.log" 2>&1 \
+    || echo "failed: $tag seed $s (see $OUT/$tag-s$s.log)"
+}
+export -f run_one
+
+mkdir -p "$OUT"
+for s in $SEEDS; do for spec in "${SPECS[@]}"; do echo "$s $spec"; done; done \
+  | xargs -P "$LANES" -L 1 bash -c 'run_one "$@"' _
+$FEDCLUST report "$OUT"/*/ --curves "$OUT/accuracy_curves.png"
