@@ -42,7 +42,7 @@ class CflConfig:
     eps1: float = 0.4            # split when the mean update norm is below eps1 ... (CFL reference code, SPEC §5)
     eps2: float = 1.6            # ... and the largest client update norm above eps2
     warmup: int = 20             # rounds before the first split is considered (CFL reference code: round > 20)
-    scale_to_model: bool = True  # read eps1/eps2 relative to the model's update norms (fedclust/algorithms/cfl.py)
+    scale_to_model: bool = True  # read eps1/eps2 in units of (warm-up mean update norm)/1.6, lr-corrected (cfl.py)
 
 
 @dataclass

@@ -309,6 +309,9 @@ def test_cfl_scaled_thresholds_follow_warmup_norm_and_lr():
     algo = cfl.Cfl(eps1=0.4, eps2=1.6, warmup=5, scale_to_model=True, lr_decay=0.9)
     e1, e2 = algo.thresholds(2.0, 8)
     assert e2 == pytest.approx(2.0 * 0.9**3) and e1 == pytest.approx(0.25 * 2.0 * 0.9**3)
+    wide = cfl.Cfl(eps1=0.4, eps2=3.2, warmup=5, scale_to_model=True, lr_decay=0.9)   # eps2 twice the default
+    e1, e2 = wide.thresholds(2.0, 8)
+    assert e2 == pytest.approx(4.0 * 0.9**3) and e1 == pytest.approx(0.25 * 2.0 * 0.9**3)
 
 
 def test_fedgroup_cold_start_and_newcomers_against_plain_loops():

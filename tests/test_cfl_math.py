@@ -55,7 +55,8 @@ def test_scaled_thresholds_by_hand():
     assert scaled_thresholds(1.6) == pytest.approx((0.4, 1.6))     # reference = eps2: the defaults
     assert scaled_thresholds(0.8) == pytest.approx((0.2, 0.8))     # eps2 = warm-up mean norm, eps1 = eps2/4
     assert scaled_thresholds(0.8, lr_ratio=0.5) == pytest.approx((0.1, 0.4))
-    assert scaled_thresholds(2.0, eps1=0.1, eps2=1.0) == pytest.approx((0.2, 2.0))
+    assert scaled_thresholds(2.0, eps1=0.1, eps2=1.0) == pytest.approx((0.125, 1.25))   # units of 2.0/1.6
+    assert scaled_thresholds(0.8, eps2=3.2) == pytest.approx((0.2, 1.6))   # eps2 = twice the warm-up norm
     with pytest.raises(ConfigError, match="reference_norm"):
         scaled_thresholds(0.0)
 

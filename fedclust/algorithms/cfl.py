@@ -23,20 +23,21 @@ The mean update is unweighted, as in the reference code; pass ``weights``
 Scaling ε1 = 0.4, ε2 = 1.6 "to the model" (SPEC §5 leaves the rule open).
 Update norms grow with the parameter count and the learning rate, so the
 absolute defaults only suit the model they were tuned on.  Rule adopted
-here (:func:`scaled_thresholds`): keep the ratio ε1/ε2 = 1/4 and anchor ε2 at
-the model's own update scale, measured once — ``u_w``, the mean client
-update norm ``mean_i ‖Δθ_i‖`` over all clients in the last warm-up round
-(one cluster, so every client trains the same model) — and let both
-thresholds follow the learning-rate schedule, since update norms scale with
-it:
+here (:func:`scaled_thresholds`): read ε1 and ε2 in units in which the
+default ε2 = 1.6 is the model's own update scale, measured once — ``u_w``,
+the mean client update norm ``mean_i ‖Δθ_i‖`` over all clients in the last
+warm-up round (one cluster, so every client trains the same model) — and
+let both thresholds follow the learning-rate schedule, since update norms
+scale with it:
 
-    s_t  = (u_w / ε2) · (lr_t / lr_w)
-    ε1_t = ε1 · s_t = (ε1/ε2) · u_w · lr_t/lr_w,     ε2_t = ε2 · s_t = u_w · lr_t/lr_w.
+    s_t  = (u_w / 1.6) · (lr_t / lr_w),     ε1_t = ε1 · s_t,     ε2_t = ε2 · s_t.
 
-In words: split when some client still moves at least as far as a typical
-client did at the end of warm-up (lr-corrected), while the cluster's mean
-update has shrunk below a quarter of that.  Passing ``reference_norm = ε2``
-and ``lr_ratio = 1`` gives back the absolute defaults.
+With the defaults: split when some client still moves at least as far as a
+typical client did at the end of warm-up (lr-corrected), while the
+cluster's mean update has shrunk below a quarter of that.  A larger
+``cfl.eps2`` asks for a client that moves further (ε2 = 3.2: twice the
+typical update) before a cluster splits.  Passing ``reference_norm = 1.6``
+and ``lr_ratio = 1`` gives back the absolute values.
 
 Round object :class:`Cfl` (``cfl``), below the math, as the authors'
 reference code runs a round: every cluster's clients train from the
@@ -115,11 +116,14 @@ def should_split(
     return bool(mean_norm < eps1) and bool(max_norm > eps2)
 
 
+DEFAULT_EPS2 = 1.6   # the unit of the scaled thresholds: the warm-up update norm
+
+
 def scaled_thresholds(
     reference_norm: float, eps1: float = 0.4, eps2: float = 1.6, lr_ratio: float = 1.0
 ) -> tuple[float, float]:
     """ε1, ε2 scaled to the model (module docstring):
-    ``s = reference_norm / ε2 · lr_ratio``; returns ``(ε1·s, ε2·s)``.
+    ``s = reference_norm / 1.6 · lr_ratio``; returns ``(ε1·s, ε2·s)``.
 
     ``reference_norm``: mean client update norm of the last warm-up round;
     ``lr_ratio``: ``lr_t / lr_w``, this round's learning rate over the one
@@ -131,7 +135,7 @@ def scaled_thresholds(
                           "needs the (finite, > 0) mean client update norm of the last warm-up round")
     if not float(lr_ratio) > 0:
         raise ConfigError("lr_ratio", lr_ratio, "must be > 0 (learning rate now / at the end of warm-up)")
-    s = float(reference_norm) / float(eps2) * float(lr_ratio)
+    s = float(reference_norm) / DEFAULT_EPS2 * float(lr_ratio)
     return float(eps1) * s, float(eps2) * s
 
 
