@@ -20,6 +20,9 @@ SMOKE=${SMOKE:-"clients=12 rounds=3 stage1_rounds=2 algorithm.l=4 algorithm.k=2 
 BENCH_ARGS=${BENCH_ARGS:-""}         # e.g. --quick
 ROUNDS_ARGS=${ROUNDS_ARGS:-"--cycles 2"}
 SWEEP_EXTRA=${SWEEP_EXTRA:-""}       # more overrides for the sweep's runs (a dry run on a CPU: rounds=3 ...)
+STEPS=${STEPS:-"smoke bench rounds sweep"}   # which parts to run
+SET=${SET:-all}                      # the sweep's set (bench/reproduce_fmnist.sh), SPECS_LINES for SET=custom
+export SET SPECS_LINES=${SPECS_LINES:-}
 FC="python3 -m fedclust"
 RUNS=${RUNS:-/tmp/fmnist_runs}
 start=$(date +%s)
@@ -31,6 +34,8 @@ nvidia-smi -L 2>/dev/null
 python3 -c "import torch, lightning, torchmetrics, scipy, matplotlib, yaml, tqdm
 print('torch', torch.__version__, 'lightning', lightning.__version__, 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0))"
 
+has() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+if has smoke; then
 echo "== smoke ($(elapsed) s)"
 smoke() {
   $FC run configs/fmnist_rotation2.yaml algorithm.name="$1" $SMOKE device="$DEVICE" data.root=data progress=false \
@@ -40,7 +45,9 @@ smoke() {
 export -f smoke; export FC SMOKE DEVICE
 echo local random fixtopology oracle pens panm_loss panm_grad fedavg fedprox ifca cfl fedgroup fedgrouprox fpfc \
   | tr ' ' '\n' | xargs -P 14 -I{} bash -c 'smoke {}'
+fi
 
+if has bench; then
 echo "== bench ($(elapsed) s)"
 # shellcheck disable=SC2086
 $FC bench --device "$DEVICE" --json $BENCH_ARGS > "$OUT/bench.json" || echo "bench failed"
@@ -52,16 +59,19 @@ try:
 except Exception as exc:
     print("no bench table:", exc)
 PY
+fi
 
+if has rounds; then
 echo "== bench-rounds ($(elapsed) s)"
 # shellcheck disable=SC2086
 $FC bench-rounds $ROUNDS_ARGS device="$DEVICE" data.root=data > "$OUT/rounds.md" 2> /tmp/rounds.err \
   || { echo "bench-rounds failed"; tail -12 /tmp/rounds.err; }
 cat "$OUT/rounds.md"
+fi
 
 left=$(( DEADLINE - $(elapsed) ))
 echo "== sweep for ${left} s ($(elapsed) s)"
-if [ "$left" -gt 20 ]; then
+if has sweep && [ "$left" -gt 20 ]; then
   SEEDS="$SEEDS" LANES="$LANES" THREADS=2 OUT="$RUNS" FEDCLUST="$FC" EXTRA="device=$DEVICE data.root=data $SWEEP_EXTRA" \
     timeout -k 5 "$left" bash bench/reproduce_fmnist.sh > /tmp/sweep.log 2>&1
   pkill -f "fedclust run" 2>/dev/null; sleep 1

@@ -6,6 +6,7 @@
 #   SEEDS="0 1 2" OUT=runs/fmnist bash bench/reproduce_fmnist.sh           # everything
 #   SET=p2p bash bench/reproduce_fmnist.sh      # the seven of Table 2, and PENS counting draws too
 #   SET=central bash bench/reproduce_fmnist.sh  # FedAvg, IFCA (c = 2), CFL, FedGroup, FPFC
+#   SET=custom SPECS_LINES=$'cfl-e3.2 algorithm.name=cfl cfl.eps2=3.2\n...' bash bench/reproduce_fmnist.sh
 #
 # LANES runs go at once (default 2, one thread each on a CPU: THREADS); a run
 # whose summary.json exists is skipped, so an interrupted sweep resumes.
@@ -31,7 +32,8 @@ case $SET in
   p2p) SPECS=("${P2P[@]}") ;;
   central) SPECS=("${CENTRAL[@]}") ;;
   all) SPECS=("${P2P[@]}" "${CENTRAL[@]}") ;;
-  *) echo "SET must be p2p, central or all, got '$SET'" >&2; exit 2 ;;
+  custom) mapfile -t SPECS <<< "${SPECS_LINES:?SET=custom needs SPECS_LINES, one 'TAG KEY=VALUE ...' per line}" ;;
+  *) echo "SET must be p2p, central, all or custom, got '$SET'" >&2; exit 2 ;;
 esac
 
 run_one() {   # SEED TAG [KEY=VALUE ...]
