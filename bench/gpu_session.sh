@@ -74,7 +74,7 @@ echo "== sweep for ${left} s ($(elapsed) s)"
 if has sweep && [ "$left" -gt 20 ]; then
   SEEDS="$SEEDS" LANES="$LANES" THREADS=2 OUT="$RUNS" FEDCLUST="$FC" EXTRA="device=$DEVICE data.root=data $SWEEP_EXTRA" \
     timeout -k 5 "$left" bash bench/reproduce_fmnist.sh > /tmp/sweep.log 2>&1
-  pkill -f "fedclust run" 2>/dev/null; sleep 1
+  pkill -f "out=$RUNS/" 2>/dev/null; sleep 1   # only this sweep's runs
   grep failed /tmp/sweep.log | head -20
 fi
 echo "== pack ($(elapsed) s)"

@@ -75,19 +75,34 @@ def table(runs: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def mean_curves(runs: list[dict]) -> dict[str, tuple[list[int], list[float], int]]:
+    """Per label: (rounds, accuracy averaged over the label's seeds, seeds), on
+    the rounds every one of its runs evaluated."""
+    by_label: dict[str, list[dict[int, float]]] = {}
+    for r in runs:
+        recs = [json.loads(x) for x in (Path(r["_dir"]) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        by_label.setdefault(r.get("label") or r["algorithm"], []).append({x["round"]: x["accuracy"] for x in recs})
+    out = {}
+    for label in sorted(by_label, key=_order):
+        seeds = by_label[label]
+        rounds = sorted(set.intersection(*(set(c) for c in seeds)))
+        out[label] = (rounds, [statistics.fmean(c[t] for c in seeds) for t in rounds], len(seeds))
+    return out
+
+
 def curves(runs: list[dict], path: Path) -> None:
+    """One line per label: mean test accuracy over its seeds, per round."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in sorted(runs, key=lambda r: (_order(r.get("label") or r["algorithm"]), r.get("seed", 0))):
-        recs = [json.loads(x) for x in (Path(r["_dir"]) / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        ax.plot([x["round"] for x in recs], [x["accuracy"] for x in recs], lw=1,
-                label=f"{r.get('label') or r['algorithm']} s{r.get('seed', 0)}")
+    for label, (rounds, acc, seeds) in mean_curves(runs).items():
+        ax.plot(rounds, acc, lw=1, label=f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
     ax.set_xlabel("round")
     ax.set_ylabel("mean test accuracy (%)")
+    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]))
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -97,7 +112,7 @@ def curves(runs: list[dict], path: Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="fedclust report", description=__doc__)
     p.add_argument("runs", nargs="+", help="run directories (each with summary.json)")
-    p.add_argument("--curves", help="write a PNG of all accuracy curves here")
+    p.add_argument("--curves", help="write a PNG of the accuracy curves here (one line per label, mean over seeds)")
     args = p.parse_args(argv)
     runs = load_runs(args.runs)
     if not runs:

@@ -37,3 +37,17 @@ def test_main_reads_run_directories(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| local | 1 | 74.00 ±0.00 | 76.24 ±0.22 | -2.24 |" in out and "| oracle |" in out
     assert report.main([str(tmp_path / "missing")]) == 2
+
+
+def test_mean_curves_average_seeds_by_hand(tmp_path):
+    runs = []
+    for seed, accs in ((0, [50.0, 60.0, 70.0]), (1, [52.0, 64.0])):   # seed 1 stopped after round 2
+        d = tmp_path / f"oracle-s{seed}"
+        d.mkdir()
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"round": t + 1, "accuracy": a}) + "\n"
+                                                 for t, a in enumerate(accs)))
+        runs.append(dict(summary("oracle", seed, accs[-1]), _dir=str(d)))
+    got = report.mean_curves(runs)
+    assert got == {"oracle": ([1, 2], [51.0, 62.0], 2)}
+    report.curves(runs, tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 0
