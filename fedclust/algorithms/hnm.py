@@ -131,12 +131,17 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
     idx, valid = pack_rows(pool)
     if idx.shape[1] == 0:
         return neighbors.clone(), torch.ones(neighbors.shape[0], dtype=torch.bool, device=neighbors.device)
-    res = em_two_gaussians(similarity.gather(1, idx), valid, sample.gather(1, idx) & valid, **em_kwargs)
+    # The EM is a loop of tiny steps ([C, 2l] values) with a convergence check each step: on a GPU that is
+    # hundreds of kernel launches and a host sync per step, so it runs on the host there (same float64 math).
+    host = torch.device("cpu")
+    res = em_two_gaussians(similarity.gather(1, idx).to(host), valid.to(host),
+                           (sample.gather(1, idx) & valid).to(host), **em_kwargs)
+    res_high, res_empty = res.high.to(neighbors.device), res.empty.to(neighbors.device)
     high = torch.zeros_like(neighbors)
-    high.scatter_(1, idx, res.high & valid)
+    high.scatter_(1, idx, res_high & valid)
     high &= pool
     updated = (neighbors & ~sample) | high
-    return torch.where(res.empty[:, None], neighbors, updated), res.empty
+    return torch.where(res_empty[:, None], neighbors, updated), res_empty
 
 
 def draw_average(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor, k: int) -> torch.Tensor:
