@@ -115,11 +115,12 @@ def test_one_and_two_processes_agree(tmp_path):
         assert a["client_accuracy"] == pytest.approx(b["client_accuracy"], abs=0.01)
 
 
-def test_panm_one_and_two_processes_pick_the_same_neighbours(tmp_path):
+@pytest.mark.parametrize("algorithm", ["panm_grad", "panm_loss"])
+def test_panm_one_and_two_processes_pick_the_same_neighbours(tmp_path, algorithm):
     import numpy as np
 
-    one = _torchrun(tmp_path, 1, "p1", algorithm="panm_grad")
-    two = _torchrun(tmp_path, 2, "p2", algorithm="panm_grad")
+    one = _torchrun(tmp_path, 1, "p1", algorithm=algorithm)
+    two = _torchrun(tmp_path, 2, "p2", algorithm=algorithm)
     for a, b in zip(one, two):
         assert a["neighbor_precision"] == pytest.approx(b["neighbor_precision"], abs=1e-12)
         assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01)
