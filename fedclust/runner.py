@@ -141,7 +141,18 @@ def run(cfg, out: str | None = None) -> dict:
             writer.close()
     if rank == 0:
         print(_summary_text(summary, out))
+    _finish(fabric)
     return summary
+
+
+def _finish(fabric) -> None:
+    """With several processes: wait until rank 0 has written everything, then
+    close the process group, so that no rank exits while the others still use
+    it (gloo aborts a process whose background threads are still running)."""
+    if fabric.world_size > 1:
+        fabric.barrier()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 class Traffic:
