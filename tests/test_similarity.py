@@ -32,6 +32,9 @@ def test_grad_similarity_equals_per_pair_cosines():
     alpha = 0.3
     got = grad_similarity(after, before, w0, alpha, own=slice(2, 6))   # a rank holding clients 2..5
     assert got.shape == (4, n)
+    for block in (1, 4, 10):                     # parameter blocks of every size give the same matrix
+        assert torch.allclose(grad_similarity(after, before, w0, alpha, own=slice(2, 6), block=block), got,
+                              atol=1e-12)
     for r, i in enumerate(range(2, 6)):
         for j in range(n):
             d_i, d_j = (after[i] - before[i]).tolist(), (after[j] - before[j]).tolist()

@@ -19,6 +19,7 @@ import torch
 EPS = 1e-12
 NOT_COMPUTED = float("-inf")   # loss_similarity's value where no pair was evaluated
 LOSS_FLOOR = 1e-12             # a loss of 0 would give an infinite similarity
+GRAD_BLOCK = 16384             # parameters per block of grad_similarity on a CPU (cache-sized for 100 clients)
 PAIR_CHUNK_ELEMENTS = 2**26    # models per pair_loss call: at most this many weights (256 MB in float32)
 
 
@@ -31,30 +32,43 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor, eps: float = EPS) -> torch.T
     return (a @ b.T) / (na[:, None] * nb[None, :])
 
 
-def cosine_rows(b: torch.Tensor, own: slice, eps: float = EPS) -> torch.Tensor:
-    """``cosine_matrix(b[own], b)``: the rows ``own`` of ``b``'s cosine matrix,
-    with the row norms computed once."""
-    nb = b.norm(dim=1).clamp_min(eps)
-    return (b[own] @ b.T) / (nb[own][:, None] * nb[None, :])
-
-
 def grad_similarity(
     all_after: torch.Tensor,
     all_before: torch.Tensor,
     w0: torch.Tensor,
     alpha: float,
     own: slice = slice(None),
+    block: int | None = None,
 ) -> torch.Tensor:
     """PANMGrad similarity, papers/001 Eq. 6: ``[C, n]``, rows ``own``.
 
     ``all_after``/``all_before`` are everyone's models after/before the
     round's local training ``[n, P]``, ``w0`` the common initial weights
-    ``[P]``, ``own`` the contiguous rows of this rank's clients.  Each
-    difference (update, distance from w0) is formed once for all n clients,
-    one ``[n, P]`` temporary at a time, and this rank's rows are slices of it.
+    ``[P]``, ``own`` the contiguous rows of this rank's clients.  The two
+    differences (update ``Δ``, distance from ``w0``) are formed ``block``
+    parameters at a time and folded straight into the dot products and the
+    squared norms, so no ``[n, P]`` temporary is written and read back (the
+    products are memory-bound on a CPU; measured 74 ms instead of 113 ms for
+    100 MLP clients on 2 cores).  Default ``block``: :data:`GRAD_BLOCK` on a
+    CPU, all of P at once on a GPU (fewer kernel launches; bandwidth is ample).
     """
-    cos_update = cosine_rows(all_after - all_before, own)
-    cos_total = cosine_rows(all_after - w0, own)
+    n, P = all_after.shape
+    block = block or (max(P, 1) if all_after.is_cuda else GRAD_BLOCK)
+    rows = torch.arange(n, device=all_after.device)[own]
+    dot_u = all_after.new_zeros(len(rows), n)
+    dot_w = all_after.new_zeros(len(rows), n)
+    sq_u = all_after.new_zeros(n)
+    sq_w = all_after.new_zeros(n)
+    for s in range(0, P, block):   # parameter blocks, not clients
+        u = all_after[:, s:s + block] - all_before[:, s:s + block]
+        w = all_after[:, s:s + block] - w0[s:s + block]
+        dot_u.addmm_(u[own], u.T)
+        dot_w.addmm_(w[own], w.T)
+        sq_u += (u * u).sum(1)
+        sq_w += (w * w).sum(1)
+    nu, nw = sq_u.sqrt().clamp_min(EPS), sq_w.sqrt().clamp_min(EPS)
+    cos_update = dot_u / (nu[own][:, None] * nu[None, :])
+    cos_total = dot_w / (nw[own][:, None] * nw[None, :])
     return cos_update.mul_(alpha).add_(cos_total, alpha=1.0 - alpha)
 
 
