@@ -25,6 +25,15 @@ class PensConfig:
 PENS_COUNTS = ("selected", "drawn_and_selected")
 
 
+def check_pens_count(count) -> None:
+    """Refuse a ``pens.count`` that is not one of :data:`PENS_COUNTS`."""
+    from fedclust.errors import ConfigError
+
+    if count not in PENS_COUNTS:
+        raise ConfigError("pens.count", count, f"use one of {', '.join(PENS_COUNTS)} (what counts toward "
+                          "PENS's threshold ceil(T1*(l+k)/n))")
+
+
 @dataclass
 class FedProxConfig:
     # FedProx's proximal weight; Li et al. (MLSys 2020) tune it over {0.001, 0.01, 0.1, 1}
@@ -168,9 +177,8 @@ def validate_methods(cfg) -> None:
     if not 0.0 < cfg.participation <= 1.0:
         raise ConfigError("participation", cfg.participation, "must lie in (0, 1]: the share of clients per round")
     name, n = cfg.algorithm.name, cfg.clients
-    if name == "pens" and cfg.pens.count not in PENS_COUNTS:
-        raise ConfigError("pens.count", cfg.pens.count, f"use one of {', '.join(PENS_COUNTS)} (what counts toward "
-                          "PENS's threshold ceil(T1*(l+k)/n))")
+    if name == "pens":
+        check_pens_count(cfg.pens.count)
     if name in ("fedprox", "fedgrouprox"):
         _finite("fedprox.mu", cfg.fedprox.mu, "the proximal weight must be a finite number >= 0 "
                 "(FedProx's grid: 0.001, 0.01, 0.1, 1; 0 is FedAvg)", strict=False)

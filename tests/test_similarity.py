@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from fedclust.algorithms.similarity import (NOT_COMPUTED, cosine_matrix, grad_similarity, loss_similarity,
+from fedclust.algorithms.similarity import (NOT_COMPUTED, grad_similarity, loss_similarity,
                                             padded_pools)
 
 
@@ -49,12 +49,6 @@ def test_grad_similarity_is_symmetric_and_finite():
     assert torch.isfinite(s).all()
     assert torch.allclose(s, s.T, atol=1e-12)
     assert s.abs().max() <= 1 + 1e-12
-
-
-def test_cosine_matrix_handles_zero_rows():
-    a = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
-    b = torch.tensor([[0.0, 2.0], [0.0, 0.0], [3.0, 0.0]])
-    assert torch.equal(cosine_matrix(a, b), torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]))
 
 
 def make_pair_loss(targets, own_ids, calls):

@@ -120,7 +120,7 @@ DEFAULT_EPS2 = 1.6   # the unit of the scaled thresholds: the warm-up update nor
 
 
 def scaled_thresholds(
-    reference_norm: float, eps1: float = 0.4, eps2: float = 1.6, lr_ratio: float = 1.0
+    reference_norm: float, eps1: float = 0.4, eps2: float = DEFAULT_EPS2, lr_ratio: float = 1.0
 ) -> tuple[float, float]:
     """ε1, ε2 scaled to the model (module docstring):
     ``s = reference_norm / 1.6 · lr_ratio``; returns ``(ε1·s, ε2·s)``.

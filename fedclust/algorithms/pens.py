@@ -115,11 +115,9 @@ class PENS:
 
 def make_pens(cfg) -> PENS:
     """PENS with cfg.algorithm.k, .l, cfg.stage1_rounds and cfg.pens.count."""
-    from fedclust.config_methods import PENS_COUNTS
-    from fedclust.errors import ConfigError
+    from fedclust.config_methods import check_pens_count
 
     a = cfg.algorithm
     check_peer_config("pens", a.k, a.l, cfg.stage1_rounds)
-    if cfg.pens.count not in PENS_COUNTS:
-        raise ConfigError("pens.count", cfg.pens.count, f"use one of {', '.join(PENS_COUNTS)}")
+    check_pens_count(cfg.pens.count)
     return PENS(k=a.k, l=a.l, stage1_rounds=cfg.stage1_rounds, count=cfg.pens.count)

@@ -23,15 +23,6 @@ GRAD_BLOCK = 16384             # parameters per block of grad_similarity on a CP
 PAIR_CHUNK_ELEMENTS = 2**26    # models per pair_loss call: at most this many weights (256 MB in float32)
 
 
-def cosine_matrix(a: torch.Tensor, b: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """``[A, B]`` cosines between the rows of ``a [A, P]`` and ``b [B, P]``
-    (0 where either row is zero).  One matrix product, then division by the
-    row norms, so no normalised copy of ``b`` is made."""
-    na = a.norm(dim=1).clamp_min(eps)
-    nb = b.norm(dim=1).clamp_min(eps)
-    return (a @ b.T) / (na[:, None] * nb[None, :])
-
-
 def grad_similarity(
     all_after: torch.Tensor,
     all_before: torch.Tensor,
@@ -54,9 +45,9 @@ def grad_similarity(
     """
     n, P = all_after.shape
     block = block or (max(P, 1) if all_after.is_cuda else GRAD_BLOCK)
-    rows = torch.arange(n, device=all_after.device)[own]
-    dot_u = all_after.new_zeros(len(rows), n)
-    dot_w = all_after.new_zeros(len(rows), n)
+    C = len(range(n)[own])
+    dot_u = all_after.new_zeros(C, n)
+    dot_w = all_after.new_zeros(C, n)
     sq_u = all_after.new_zeros(n)
     sq_w = all_after.new_zeros(n)
     for s in range(0, P, block):   # parameter blocks, not clients
