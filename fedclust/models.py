@@ -1,11 +1,14 @@
-"""The two models of SPEC §2, as plain ``nn.Module``s.
+"""The models of SPEC §2, as plain ``nn.Module``s.
 
 These modules are the reference: the vectorized engine
 (:mod:`fedclust.engine.functional`) reproduces their forward pass on a flat
 parameter buffer, and :mod:`fedclust.engine.reference` trains them one
 client at a time with ``torch.optim.SGD``.
 
-- ``mlp`` (MNIST, Fashion-MNIST, Synthetic): Flatten, Linear(in, 200), ReLU,
+- ``logreg`` (Synthetic): multinomial logistic regression, Flatten,
+  Linear(in, classes), as FedProx (its ``mclr`` model) and FPFC train it;
+  the engine treats it as an MLP with no hidden layer.
+- ``mlp`` (MNIST, Fashion-MNIST): Flatten, Linear(in, 200), ReLU,
   Linear(200, 200), ReLU, Linear(200, classes).
 - ``cnn`` (CIFAR-10): Conv(3→32, 3), ReLU, MaxPool 2, Conv(32→64, 3), ReLU,
   MaxPool 2, Conv(64→64, 3), ReLU, Flatten, FC(1024→64), ReLU, FC(64→classes).
@@ -25,7 +28,7 @@ import torch.nn.functional as F
 
 from fedclust.errors import ConfigError
 
-ARCHS = ("mlp", "cnn")
+ARCHS = ("logreg", "mlp", "cnn")
 
 
 class MLP(nn.Module):
@@ -42,6 +45,17 @@ class MLP(nn.Module):
         h = F.relu(self.fc1(h))
         h = F.relu(self.fc2(h))
         return self.fc3(h)
+
+
+class LogReg(nn.Module):
+    """Multinomial logistic regression in-classes (SPEC §2, Synthetic)."""
+
+    def __init__(self, in_features: int, num_classes: int):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc1(torch.flatten(x, 1))
 
 
 class CNN(nn.Module):
@@ -74,6 +88,8 @@ def build_model(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn
     input_shape = tuple(int(s) for s in input_shape)
     if num_classes < 2:
         raise ConfigError("num_classes", num_classes, "a classifier needs at least 2 classes")
+    if arch == "logreg":
+        return LogReg(math.prod(input_shape), num_classes)
     if arch == "mlp":
         return MLP(math.prod(input_shape), num_classes)
     if arch == "cnn":
@@ -88,5 +104,6 @@ def build_model(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn
 
 
 def default_arch(data_name: str) -> str:
-    """The model SPEC §2 pairs with a data set: cnn for cifar10, mlp otherwise."""
-    return "cnn" if data_name == "cifar10" else "mlp"
+    """The model SPEC §2 pairs with a data set: cnn for cifar10, logreg for
+    synthetic, mlp otherwise."""
+    return {"cifar10": "cnn", "synthetic": "logreg"}.get(data_name, "mlp")

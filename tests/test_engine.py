@@ -49,7 +49,9 @@ def test_models_follow_spec_shapes():
     cnn = build_model("cnn", (3, 32, 32), 10)
     assert cnn.fc1.in_features == 1024 and cnn.conv1.in_channels == 3 and cnn.fc2.out_features == 10
     assert cnn(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
-    assert default_arch("cifar10") == "cnn" and default_arch("fmnist") == "mlp" and default_arch("synthetic") == "mlp"
+    assert default_arch("cifar10") == "cnn" and default_arch("fmnist") == "mlp" and default_arch("synthetic") == "logreg"
+    logreg = build_model("logreg", (60,), 10)
+    assert [tuple(p.shape) for p in logreg.parameters()] == [(10, 60), (10,)]   # FedProx's mclr: 610 parameters
 
 
 def test_models_reject_bad_arch_and_shape():
@@ -98,7 +100,8 @@ def test_layout_rejects_mismatches():
 
 # ---------------------------------------------------------------- forward
 
-@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("mlp", (60,)), ("cnn", (3, 32, 32)), ("cnn", SMALL_CNN)])
+@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("mlp", (60,)), ("logreg", (60,)), ("cnn", (3, 32, 32)),
+                                        ("cnn", SMALL_CNN)])
 def test_forward_fn_equals_module(arch, shape):
     module, layout, flat, x, _ = make(arch, shape, 3, 5)
     for c in range(3):
@@ -126,11 +129,13 @@ def both_rounds(arch, shape, clients, n, settings, dtype=torch.float64, rounds=1
     return fast, slow, lf, ls
 
 
+@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("logreg", (60,))])
 @pytest.mark.parametrize("backprop", ["auto", "func"])
-def test_train_round_mlp_equals_reference(backprop):
-    # N = 40, batch 16: batches 16 + 16 + 8 (last partial); 2 epochs = 6 momentum steps; chunks of 2 clients
+def test_train_round_dense_equals_reference(arch, shape, backprop):
+    # N = 40, batch 16: batches 16 + 16 + 8 (last partial); 2 epochs = 6 momentum steps; chunks of 2 clients.
+    # logreg goes through the MLP's hand-written backward with no hidden layer.
     s = TrainSettings(lr=0.08, momentum=0.9, batch_size=16, epochs=2, client_chunk=2, backprop=backprop)
-    fast, slow, lf, ls = both_rounds("mlp", MNIST, 5, 40, s)
+    fast, slow, lf, ls = both_rounds(arch, shape, 5, 40, s)
     assert torch.allclose(fast, slow, atol=1e-10) and torch.allclose(lf, ls, atol=1e-10)
     assert lf.shape == (5,)
 
@@ -171,7 +176,8 @@ def test_pool_before_relu_has_the_modules_values_and_gradients():
 
 
 @pytest.mark.parametrize("arch,shape,backprop,anchor", [
-    ("mlp", MNIST, "auto", "row"), ("mlp", MNIST, "func", "rows"), ("cnn", SMALL_CNN, "auto", "rows")])
+    ("mlp", MNIST, "auto", "row"), ("mlp", MNIST, "func", "rows"), ("logreg", (60,), "auto", "rows"),
+    ("cnn", SMALL_CNN, "auto", "rows")])
 def test_train_round_proximal_term_equals_reference(arch, shape, backprop, anchor):
     # FedProx / FPFC local objective: CE + mu/2 ||w - anchor||^2
     s = TrainSettings(lr=0.05, batch_size=8, epochs=2, client_chunk=2, backprop=backprop)
@@ -242,7 +248,7 @@ def loop_metrics(module, layout, models, xs, ys):
     return torch.stack(acc), torch.stack(loss)
 
 
-@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("cnn", SMALL_CNN)])
+@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("logreg", (60,)), ("cnn", SMALL_CNN)])
 def test_evaluate_equals_per_client_loop(arch, shape, monkeypatch):
     module, layout, flat, x, y = make(arch, shape, 5, 30, spread=0.3)
     want_acc, want_loss = loop_metrics(module, layout, flat, x, y)
@@ -268,7 +274,7 @@ def test_pair_losses_equals_per_model_evaluation(arch, shape, monkeypatch):
         pair_losses(models, layout, arch, x, y, torch.full((7,), 4))
 
 
-@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("cnn", SMALL_CNN)])
+@pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("logreg", (60,)), ("cnn", SMALL_CNN)])
 def test_pool_losses_equals_per_model_evaluation(arch, shape):
     """Client c's loss of models[peers[c, s]], grouped by client, against nn.Module evaluation one model at a time."""
     module, layout, flat, x, y = make(arch, shape, 4, 20, spread=0.3)

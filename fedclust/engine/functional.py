@@ -8,8 +8,9 @@ Two forms:
 - :func:`batched_forward_fn` — C clients at once: ``params {name: [C, *shape]}``,
   ``x [C, B, *input]`` → logits ``[C, B, K]``.  The engine evaluates with
   this one and trains the CNN through ``torch.func.grad`` of it.
-- :func:`mlp_momentum_grads_` — the batched MLP's backward written out,
-  which the engine trains the MLP with (see :mod:`fedclust.engine.train`).
+- :func:`dense_momentum_grads_` — the batched backward of a dense net (the
+  MLP; logistic regression as the MLP with no hidden layer) written out,
+  which the engine trains both with (see :mod:`fedclust.engine.train`).
 
 The batched MLP is ``vmap`` of the single-client MLP (its linears become
 batched matmuls).  The batched CNN is written out by hand instead, because
@@ -87,9 +88,13 @@ def cnn_forward_batched(p: Params, x: torch.Tensor) -> torch.Tensor:
     return batched_linear(h, p["fc2.weight"], p["fc2.bias"])
 
 
-def mlp_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Tensor, beta: float) -> torch.Tensor:
-    """Backpropagation of C clients' MLPs written out, accumulated into momentum.
+def dense_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Tensor, beta: float,
+                          layers: tuple[str, ...]) -> torch.Tensor:
+    """Backpropagation of C clients' dense nets written out, accumulated into momentum.
 
+    The net is ``layers`` (names of linear layers, input first) with ReLU
+    between them: ("fc1", "fc2", "fc3") is the MLP, ("fc1",) multinomial
+    logistic regression (an MLP with no hidden layer).
     p, bufs: {name: [C, *shape]} weights and momentum buffers; x [C, B, *input],
     y [C, B].  For every client c and parameter w:
     ``bufs[w][c] <- beta * bufs[w][c] + d L_c / d w[c]`` with ``L_c`` the mean
@@ -98,29 +103,48 @@ def mlp_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Tenso
 
     The weight gradients ``delta^T a`` are computed by ``baddbmm_`` straight
     into the momentum buffers, so no gradient tensor is ever stored; the same
-    values as ``torch.func.grad`` of :func:`mlp_forward` (tests check both).
+    values as ``torch.func.grad`` of the single-client forward (tests check both).
     """
-    w1, w2, w3 = p["fc1.weight"], p["fc2.weight"], p["fc3.weight"]
-    a0 = torch.flatten(x, 2)                                     # [C, B, in]
-    z1 = batched_linear(a0, w1, p["fc1.bias"])
-    a1 = F.relu(z1)
-    z2 = batched_linear(a1, w2, p["fc2.bias"])
-    a2 = F.relu(z2)
-    logp = F.log_softmax(batched_linear(a2, w3, p["fc3.bias"]), dim=-1)
+    acts, pre = [torch.flatten(x, 2)], []                       # a0 [C, B, in]
+    for k, layer in enumerate(layers):
+        z = batched_linear(acts[-1], p[f"{layer}.weight"], p[f"{layer}.bias"])
+        if k + 1 < len(layers):
+            pre.append(z)
+            acts.append(F.relu(z))
+    logp = F.log_softmax(z, dim=-1)
     target = y.unsqueeze(-1)
     losses = -logp.gather(-1, target).squeeze(-1).mean(1)
     # d L / d logits = (softmax - onehot) / B
-    d3 = logp.exp_().scatter_add_(-1, target, torch.full_like(target, -1, dtype=logp.dtype)).div_(y.shape[1])
-    d2 = torch.bmm(d3, w3).mul_(z2 > 0)
-    d1 = torch.bmm(d2, w2).mul_(z1 > 0)
-    for layer, delta, inp in (("fc3", d3, a2), ("fc2", d2, a1), ("fc1", d1, a0)):
-        bufs[f"{layer}.weight"].baddbmm_(delta.transpose(1, 2), inp, beta=beta)
+    delta = logp.exp_().scatter_add_(-1, target, torch.full_like(target, -1, dtype=logp.dtype)).div_(y.shape[1])
+    for k in range(len(layers) - 1, -1, -1):
+        layer = layers[k]
+        nxt = torch.bmm(delta, p[f"{layer}.weight"]).mul_(pre[k - 1] > 0) if k > 0 else None
+        bufs[f"{layer}.weight"].baddbmm_(delta.transpose(1, 2), acts[k], beta=beta)
         bufs[f"{layer}.bias"].mul_(beta).add_(delta.sum(1))
+        delta = nxt
     return losses
 
 
-_SINGLE = {"mlp": mlp_forward, "cnn": cnn_forward}
-_BATCHED = {"mlp": vmap(mlp_forward), "cnn": cnn_forward_batched}
+DENSE_LAYERS = {"mlp": ("fc1", "fc2", "fc3"), "logreg": ("fc1",)}
+
+
+def mlp_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Tensor, beta: float) -> torch.Tensor:
+    """:func:`dense_momentum_grads_` of the MLP (fc1, fc2, fc3 with ReLU)."""
+    return dense_momentum_grads_(p, bufs, x, y, beta, DENSE_LAYERS["mlp"])
+
+
+def logreg_forward(p: Params, x: torch.Tensor) -> torch.Tensor:
+    """One client's multinomial logistic regression (SPEC §2): x [B, *input] -> logits [B, K]."""
+    return F.linear(torch.flatten(x, 1), p["fc1.weight"], p["fc1.bias"])
+
+
+def logreg_forward_batched(p: Params, x: torch.Tensor) -> torch.Tensor:
+    """C clients' logistic regressions: x [C, B, *input] -> logits [C, B, K]."""
+    return batched_linear(torch.flatten(x, 2), p["fc1.weight"], p["fc1.bias"])
+
+
+_SINGLE = {"logreg": logreg_forward, "mlp": mlp_forward, "cnn": cnn_forward}
+_BATCHED = {"logreg": logreg_forward_batched, "mlp": vmap(mlp_forward), "cnn": cnn_forward_batched}
 
 
 def _check_arch(arch: str) -> None:
@@ -152,7 +176,9 @@ def activation_bytes(arch: str, input_shape: tuple[int, ...], element_size: int 
     """Rough bytes of activations one training sample keeps alive in a
     forward-backward pass (used only to size chunks)."""
     _check_arch(arch)
-    if arch == "mlp":
+    if arch == "logreg":
+        floats = math.prod(input_shape) + 3 * 10
+    elif arch == "mlp":
         floats = math.prod(input_shape) + 3 * (200 + 200 + 10)
     else:
         _, hgt, wid = input_shape

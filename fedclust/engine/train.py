@@ -12,8 +12,9 @@ the buffer in place.  Two ways to get the gradients, equal up to rounding
   gradient, exactly ``vmap(grad(loss))``.  Used for the CNN (and for the MLP
   with ``backprop="func"`` or ``compile=True``).  Memory: weights, gradients
   and momentum, 3 x ``[C, P]``; the fresh gradients become the next momentum.
-- For the MLP, a hand-written batched backward
-  (:func:`~fedclust.engine.functional.mlp_momentum_grads_`) whose weight
+- For the MLP and logistic regression (an MLP with no hidden layer), a
+  hand-written batched backward
+  (:func:`~fedclust.engine.functional.dense_momentum_grads_`) whose weight
   gradients are accumulated by ``baddbmm_`` straight into the momentum
   buffer: 2 x ``[C, P]``, no per-step ``[C, P]`` temporaries and no
   ``torch.func`` dispatch (1.3 ms per step on the host), which is what makes
@@ -32,8 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch.func import grad
 
-from fedclust.engine.functional import (activation_bytes, batched_forward_fn, mlp_momentum_grads_,
-                                        per_client_cross_entropy)
+from fedclust.engine.functional import (DENSE_LAYERS, activation_bytes, batched_forward_fn,
+                                        dense_momentum_grads_, per_client_cross_entropy)
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
 
@@ -41,7 +42,7 @@ from fedclust.errors import ConfigError
 # cores: small chunks keep each step's tensors cache-sized and below glibc's
 # mmap threshold (re-used, not page-faulted anew every step); larger ones
 # were slower.  On a GPU chunks are sized from memory instead.
-CPU_CLIENT_CHUNK = {"mlp": 8, "cnn": 2}
+CPU_CLIENT_CHUNK = {"logreg": 100, "mlp": 8, "cnn": 2}
 # Bytes of activations (plus weights, gradients, momentum) one chunk may use.
 CPU_EVAL_BYTES = 64 * 2**20
 GPU_MEMORY_SHARE = 4  # a quarter of the device memory
@@ -56,7 +57,7 @@ class TrainSettings:
     batch_size: int = 128
     epochs: int = 3
     client_chunk: int = 0  # clients trained at once; 0 = automatic (see train_chunk_size)
-    backprop: str = "auto"  # auto: hand-written for the mlp, torch.func otherwise | func: torch.func always
+    backprop: str = "auto"  # auto: hand-written for mlp/logreg, torch.func otherwise | func: torch.func always
     compile: bool = False  # torch.compile the torch.func gradient step (meant for GPUs; implies func)
 
     def __post_init__(self):
@@ -187,18 +188,19 @@ def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: str, x: tor
     return loss_sum / steps
 
 
-def _train_chunk_mlp(flat: torch.Tensor, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor,
-                     orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
-                     mu: float) -> torch.Tensor:
-    """Local training of all rows of ``flat`` (MLP) with the hand-written
-    backward of :func:`mlp_momentum_grads_`; returns mean losses [C]."""
+def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[str, ...], x: torch.Tensor,
+                       y: torch.Tensor, orders: torch.Tensor, settings: TrainSettings,
+                       anchor: torch.Tensor | None, mu: float) -> torch.Tensor:
+    """Local training of all rows of ``flat`` (MLP or logistic regression,
+    ``layers`` of :data:`DENSE_LAYERS`) with the hand-written backward of
+    :func:`dense_momentum_grads_`; returns mean losses [C]."""
     params = layout.views(flat)
     momentum = torch.zeros_like(flat)
     bufs = layout.views(momentum)
     loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
     steps = 0
     for xb, yb in _batches(x, y, orders, settings.batch_size):
-        loss_sum += mlp_momentum_grads_(params, bufs, xb, yb, settings.momentum if steps else 0.0)
+        loss_sum += dense_momentum_grads_(params, bufs, xb, yb, settings.momentum if steps else 0.0, layers)
         if anchor is not None:  # proximal term: buf += mu * (w - anchor)
             momentum.add_(flat, alpha=mu).add_(anchor, alpha=-mu)
         flat.add_(momentum, alpha=-settings.lr)  # w <- w - lr * buf, torch.optim.SGD
@@ -209,8 +211,8 @@ def _train_chunk_mlp(flat: torch.Tensor, layout: ParamLayout, x: torch.Tensor, y
 def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
                  orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
                  mu: float) -> torch.Tensor:
-    if arch == "mlp" and settings.backprop == "auto" and not settings.compile:
-        return _train_chunk_mlp(flat, layout, x, y, orders, settings, anchor, mu)
+    if arch in DENSE_LAYERS and settings.backprop == "auto" and not settings.compile:
+        return _train_chunk_dense(flat, layout, DENSE_LAYERS[arch], x, y, orders, settings, anchor, mu)
     return _train_chunk_func(flat, layout, arch, x, y, orders, settings, anchor, mu)
 
 
