@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from fedclust.config_methods import CflConfig, FedGroupConfig, FedProxConfig, FpfcConfig, IfcaConfig, PensConfig
+from fedclust.config_methods import (CflConfig, FedGroupConfig, FedProxConfig, FpfcConfig, IfcaConfig, PanmConfig,
+                                     PensConfig)
 from fedclust.errors import ConfigError
 
 
@@ -70,6 +71,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     pens: PensConfig = field(default_factory=PensConfig)
+    panm: PanmConfig = field(default_factory=PanmConfig)
     fedprox: FedProxConfig = field(default_factory=FedProxConfig)
     ifca: IfcaConfig = field(default_factory=IfcaConfig)
     cfl: CflConfig = field(default_factory=CflConfig)

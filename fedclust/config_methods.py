@@ -25,6 +25,26 @@ class PensConfig:
 PENS_COUNTS = ("selected", "drawn_and_selected")
 
 
+@dataclass
+class PanmConfig:
+    # What HNM's EM runs on for panm_loss (SPEC §4): "neg_loss" (default) y = -F_i(w_j), the negative loss;
+    # "inverse" y = 1/F_i(w_j), papers/001's literal similarity.  CNI ranks by 1/F under either (same order).
+    # panm_grad ignores it: its similarity is a cosine, not a loss.
+    em_input: str = "neg_loss"
+
+
+PANM_EM_INPUTS = ("neg_loss", "inverse")
+
+
+def check_panm_em_input(em_input) -> None:
+    """Refuse a ``panm.em_input`` that is not one of :data:`PANM_EM_INPUTS`."""
+    from fedclust.errors import ConfigError
+
+    if em_input not in PANM_EM_INPUTS:
+        raise ConfigError("panm.em_input", em_input, f"use one of {', '.join(PANM_EM_INPUTS)} (what PANMLoss's "
+                          "HNM runs its EM on: neg_loss = -F, the default; inverse = 1/F as papers/001 writes it)")
+
+
 def check_pens_count(count) -> None:
     """Refuse a ``pens.count`` that is not one of :data:`PENS_COUNTS`."""
     from fedclust.errors import ConfigError
@@ -179,6 +199,8 @@ def validate_methods(cfg) -> None:
     name, n = cfg.algorithm.name, cfg.clients
     if name == "pens":
         check_pens_count(cfg.pens.count)
+    if name in ("panm_loss", "panm_grad"):
+        check_panm_em_input(cfg.panm.em_input)
     if name in ("fedprox", "fedgrouprox"):
         _finite("fedprox.mu", cfg.fedprox.mu, "the proximal weight must be a finite number >= 0 "
                 "(FedProx's grid: 0.001, 0.01, 0.1, 1; 0 is FedAvg)", strict=False)

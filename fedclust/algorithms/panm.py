@@ -11,6 +11,11 @@ Similarity: ``panm_loss`` uses ``1 / F_i(w_j)`` evaluated only on the pairs
 a client contacts (``ctx.pair_loss``); ``panm_grad`` the cosine mix of
 Eq. 6, which needs every client's model before local training
 (``gathers_before``).
+
+``panm.em_input`` (panm_loss only; SPEC §4): HNM's EM runs on ``-F_i(w_j)``
+(``neg_loss``, default) or on the paper's literal ``1/F_i(w_j)``
+(``inverse``); CNI ranks by ``1/F`` either way (the same order).  panm_grad
+ignores the key: its EM runs on the cosine mix.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import torch
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.algorithms.cni import draw_candidates, top_k_in_mask
 from fedclust.algorithms.hnm import draw_average, hnm_draw, hnm_update
-from fedclust.algorithms.similarity import grad_similarity, loss_similarity
+from fedclust.algorithms.similarity import grad_similarity, loss_em_input, loss_similarity
 from fedclust.errors import ConfigError
 
 
@@ -81,6 +86,7 @@ class PANM:
     stage1_rounds: int
     name: str = "panm_loss"
     gathers_before: bool = False
+    em_input: str = "neg_loss"   # panm_loss: "neg_loss" (EM on -F) | "inverse" (EM on 1/F); grad: unused
 
     def init(self, ctx: Context) -> PanmState:
         C, n = len(ctx.client_ids), ctx.n
@@ -118,7 +124,8 @@ class PANM:
             cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids, state.neighbors, self_mask, self.l)
             pool = cand | sample
             sim = similarity_for(self.metric, self.alpha, ctx, view, pool)
-            neighbors, failed = hnm_update(state.neighbors, cand, sample, sim)
+            y = loss_em_input(sim, self.em_input) if self.metric == "loss" else sim
+            neighbors, failed = hnm_update(state.neighbors, cand, sample, y)
             new = dataclasses.replace(
                 state, neighbors=neighbors, hnm_failed=failed, similarity_round=t, pool=pool,
                 last_similarity=recorded_similarity(sim, pool, self_mask, full=self.metric == "grad"))
@@ -135,6 +142,8 @@ class PANM:
 
 
 def _make(cfg, metric: str) -> PANM:
+    from fedclust.config_methods import check_panm_em_input
+
     a = cfg.algorithm
     name = f"panm_{metric}"
     check_peer_config(name, a.k, a.l, cfg.stage1_rounds)
@@ -142,8 +151,9 @@ def _make(cfg, metric: str) -> PANM:
         raise ConfigError("algorithm.tau", a.tau, "HNM runs every tau >= 1 rounds")
     if metric == "grad" and not 0.0 <= a.alpha <= 1.0:
         raise ConfigError("algorithm.alpha", a.alpha, "must lie in [0, 1]")
+    check_panm_em_input(cfg.panm.em_input)
     return PANM(metric=metric, k=a.k, l=a.l, tau=a.tau, alpha=a.alpha, stage1_rounds=cfg.stage1_rounds,
-                name=name, gathers_before=metric == "grad")
+                name=name, gathers_before=metric == "grad", em_input=cfg.panm.em_input)
 
 
 def make_panm_loss(cfg) -> PANM:

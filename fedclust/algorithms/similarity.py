@@ -7,7 +7,8 @@
   with ``Δ = w^t - w^{t-1}`` the change over this round's local training.
 
 Both return ``[C, n]`` matrices whose rows are this rank's clients and whose
-columns are all n clients.
+columns are all n clients.  :func:`loss_em_input` turns loss similarities
+into what PANMLoss's HNM runs its EM on (``panm.em_input``).
 """
 
 from __future__ import annotations
@@ -115,3 +116,21 @@ def loss_similarity(
     loss = torch.cat(losses).to(torch.float32)
     out[rows, cols] = 1.0 / loss.clamp_min(LOSS_FLOOR)
     return out
+
+
+def loss_em_input(similarity: torch.Tensor, em_input: str) -> torch.Tensor:
+    """HNM's EM input from loss similarities ``s = 1/F`` (``panm.em_input``).
+
+    ``"inverse"``: ``s`` itself (papers/001's literal ``1/F``).
+    ``"neg_loss"``: ``-F = -1/s``, the negative loss (SPEC §4's default): on
+    ``1/F`` the same-cluster values spread widely (a peer almost equal to
+    oneself has a tiny loss and a huge ``1/F``) and EM splits them; on ``-F``
+    they stay together.  Both orders are the same, so only the EM differs.
+    Entries not computed stay :data:`NOT_COMPUTED`.
+    """
+    if em_input == "inverse":
+        return similarity
+    if em_input != "neg_loss":
+        raise ValueError(f"em_input must be 'neg_loss' or 'inverse', not {em_input!r}")
+    computed = similarity != NOT_COMPUTED
+    return torch.where(computed, -1.0 / torch.where(computed, similarity, torch.ones_like(similarity)), similarity)
