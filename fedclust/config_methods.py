@@ -15,14 +15,24 @@ from dataclasses import dataclass
 
 @dataclass
 class PensConfig:
-    # What "chosen" counts toward the threshold ceil(T1*(l+k)/n) of papers/001 §4.2:
-    # "selected": times a peer was in the top k (SPEC §4 as written);
-    # "drawn_and_selected": times it was drawn as a candidate plus times it was selected,
-    # whose expectation under random choice is exactly T1*(l+k)/n (fedclust/algorithms/pens.py).
-    count: str = "selected"
+    # What counts as "chosen" in stage one and how often a peer must be chosen to join the fixed list
+    # (fedclust/algorithms/pens.py):
+    # "reference": times a peer was in the top k, kept when above k*T1/(n-1) - 1, as the PENS reference
+    #   code (Karlsson & Onoszko) counts (SPEC §4);
+    # "selected": the same counts against ceil(T1*(l+k)/n), the threshold papers/001 §4.2 quotes;
+    # "drawn_and_selected": times drawn as a candidate plus times selected, against ceil(T1*(l+k)/n),
+    #   whose expectation under random choice is exactly T1*(l+k)/n.
+    count: str = "reference"
+    # A fixed list that comes out empty: "last_topk" keeps the last stage-one top k (not in the papers);
+    # "alone": stays empty and the client trains alone, as the reference code does.
+    empty_list: str = "last_topk"
+    # Peers drawn from the fixed list each stage-two round; 0 means algorithm.k (SPEC §4).  The reference
+    # code draws 20 (all of the list if shorter).
+    stage2_neighbours: int = 0
 
 
-PENS_COUNTS = ("selected", "drawn_and_selected")
+PENS_COUNTS = ("reference", "selected", "drawn_and_selected")
+PENS_EMPTY_LISTS = ("last_topk", "alone")
 
 
 @dataclass
@@ -45,13 +55,21 @@ def check_panm_em_input(em_input) -> None:
                           "HNM runs its EM on: neg_loss = -F, the default; inverse = 1/F as papers/001 writes it)")
 
 
-def check_pens_count(count) -> None:
-    """Refuse a ``pens.count`` that is not one of :data:`PENS_COUNTS`."""
+def check_pens(pens, clients: int) -> None:
+    """Refuse a ``pens`` section PENS cannot run with."""
     from fedclust.errors import ConfigError
 
-    if count not in PENS_COUNTS:
-        raise ConfigError("pens.count", count, f"use one of {', '.join(PENS_COUNTS)} (what counts toward "
-                          "PENS's threshold ceil(T1*(l+k)/n))")
+    if pens.count not in PENS_COUNTS:
+        raise ConfigError("pens.count", pens.count, f"use one of {', '.join(PENS_COUNTS)} (what counts toward "
+                          "PENS's threshold: reference = top-k picks above k*T1/(n-1) - 1, the default; selected "
+                          "and drawn_and_selected use ceil(T1*(l+k)/n))")
+    if pens.empty_list not in PENS_EMPTY_LISTS:
+        raise ConfigError("pens.empty_list", pens.empty_list, f"use one of {', '.join(PENS_EMPTY_LISTS)} (what "
+                          "an empty fixed list becomes: the last stage-one top k, or no peers at all)")
+    if not 0 <= pens.stage2_neighbours <= clients - 1:
+        raise ConfigError("pens.stage2_neighbours", pens.stage2_neighbours,
+                          f"must lie in [0, clients - 1 = {clients - 1}]: peers drawn from the fixed list each "
+                          "stage-two round; 0 uses algorithm.k (the reference code draws 20)")
 
 
 @dataclass
@@ -198,7 +216,7 @@ def validate_methods(cfg) -> None:
         raise ConfigError("participation", cfg.participation, "must lie in (0, 1]: the share of clients per round")
     name, n = cfg.algorithm.name, cfg.clients
     if name == "pens":
-        check_pens_count(cfg.pens.count)
+        check_pens(cfg.pens, n)
     if name in ("panm_loss", "panm_grad"):
         check_panm_em_input(cfg.panm.em_input)
     if name in ("fedprox", "fedgrouprox"):

@@ -7,7 +7,7 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.base import Context, RoundView
-from fedclust.algorithms.pens import PensState, fixed_list, make_pens, pens_threshold
+from fedclust.algorithms.pens import PensState, fixed_list, make_pens, pens_reference_threshold, pens_threshold
 from fedclust.config import Config
 from fedclust.errors import ConfigError
 
@@ -35,16 +35,17 @@ def make_ctx(ids):
                    stage1_rounds=T1, w0=torch.zeros(N), device=torch.device("cpu"), pair_loss=pair_loss)
 
 
-def config(count="selected"):
+def config(count="selected", empty_list="last_topk", stage2=0, k=K, T1_=T1):
     cfg = Config()
-    cfg.algorithm.k, cfg.algorithm.l = K, L
-    cfg.stage1_rounds = T1
-    cfg.pens.count = count
+    cfg.algorithm.k, cfg.algorithm.l = k, L
+    cfg.stage1_rounds = T1_
+    cfg.clients = N
+    cfg.pens.count, cfg.pens.empty_list, cfg.pens.stage2_neighbours = count, empty_list, stage2
     return cfg
 
 
-def run(ids, rounds, count="selected"):
-    alg = make_pens(config(count))
+def run(ids, rounds, count="selected", empty_list="last_topk", stage2=0, k=K):
+    alg = make_pens(config(count, empty_list, stage2, k))
     ctx = make_ctx(ids)
     models = torch.eye(N)
     state = alg.init(ctx)
@@ -56,8 +57,12 @@ def run(ids, rounds, count="selected"):
     return out
 
 
-def plain_pens_lists(count="selected"):
-    """Reference, one client at a time: stage-one top k, counts and the fixed list."""
+def plain_pens_lists(count="selected", empty_list="last_topk", k=K):
+    """Reference, one client at a time: stage-one top k, counts and the fixed list.
+    ``reference`` keeps the peers picked (at least once and) more than
+    k·T1/(n−1) − 1 times, in floating point as the PENS reference code writes it;
+    the others more than ceil(T1·(l+k)/n) times."""
+    K = k
     table = loss_table()
     tops, lists, fell = [], [], []
     for i in range(N):
@@ -75,10 +80,14 @@ def plain_pens_lists(count="selected"):
                 for j in cand:
                     counts[j] += 1
             per_round.append(top)
-        thr = math.ceil(T1 * (L + K) / N)
-        chosen = {j for j in range(N) if counts[j] > thr}
+        if count == "reference":
+            cut_off = K * T1 / (N - 1) - 1
+            chosen = {j for j in range(N) if counts[j] > 0 and counts[j] > cut_off}
+        else:
+            thr = math.ceil(T1 * (L + K) / N)
+            chosen = {j for j in range(N) if counts[j] > thr}
         tops.append(per_round)
-        lists.append(chosen or per_round[-1])
+        lists.append(chosen or (set() if empty_list == "alone" else per_round[-1]))
         fell.append(not chosen)
     return tops, lists, fell
 
@@ -90,20 +99,44 @@ def test_threshold():
     assert pens_threshold(10, 4, 1, 50) == 1
 
 
+def test_reference_threshold():
+    # the issue's setting: k = 5, T1 = 100, n = 100: cut-off 500/99 - 1 = 4.05, so 5 picks keep a peer
+    assert pens_reference_threshold(100, 5, 100) == 4
+    assert pens_reference_threshold(6, 2, 12) == 0           # 12/11 - 1 = 0.09: one pick is enough
+    assert pens_reference_threshold(20, 2, 200) == 0         # 40/199 - 1 < 0: every peer picked at least once
+    assert pens_reference_threshold(99, 1, 100) == 0         # 99/99 - 1 = 0 exactly: more than 0
+    assert pens_reference_threshold(198, 1, 100) == 1        # 2 - 1 = 1 exactly: strict, 2 picks needed
+    for T1_ in range(1, 40):   # the integer form equals the float rule c > k*T1/(n-1) - 1 (and c >= 1)
+        for k in range(1, 7):
+            for n in range(2, 30):
+                thr = pens_reference_threshold(T1_, k, n)
+                for c in range(0, T1_ * k + 1):
+                    assert (c > thr) == (c >= 1 and c > k * T1_ / (n - 1) - 1), (T1_, k, n, c)
+
+
 def test_fixed_list_and_fallback():
     counts = torch.tensor([[0, 4, 3, 5], [1, 0, 2, 3], [0, 0, 0, 0]])
     last = torch.tensor([[False, True, False, False], [True, False, True, False], [False, False, False, True]])
     got, fell = fixed_list(counts, last, 3)
     assert got.tolist() == [[False, True, False, True], [True, False, True, False], [False, False, False, True]]
     assert fell.tolist() == [False, True, True]
+    got, fell = fixed_list(counts, last, 3, "alone")
+    assert got.tolist() == [[False, True, False, True], [False] * 4, [False] * 4]
+    assert fell.tolist() == [False, True, True]
 
 
-@pytest.mark.parametrize("count", ["selected", "drawn_and_selected"])
-def test_pens_equals_plain_loop(count):
-    tops, lists, fell = plain_pens_lists(count)
+@pytest.mark.parametrize("count,empty_list,k", [("reference", "last_topk", K), ("reference", "alone", 4),
+                                                ("selected", "last_topk", K), ("selected", "alone", K),
+                                                ("drawn_and_selected", "last_topk", K)])
+def test_pens_equals_plain_loop(count, empty_list, k):
+    K = k
+    tops, lists, fell = plain_pens_lists(count, empty_list, k)
     if count == "selected":
         assert any(fell) and not all(fell)      # the data exercise both branches
-    steps = run(range(N), T1 + 5, count)
+    if count == "reference":                    # the most-picked peer is always above the mean, less one
+        assert not any(fell)
+        assert pens_reference_threshold(T1, k, N) == (1 if k == 4 else 0)   # 24/11 - 1 = 1.18; 12/11 - 1
+    steps = run(range(N), T1 + 5, count, empty_list, k=k)
     for t, (state, mask, nl) in enumerate(steps, start=1):
         assert isinstance(state, PensState)
         assert not mask.diagonal().any() and not nl.diagonal().any()
@@ -122,7 +155,7 @@ def test_pens_equals_plain_loop(count):
         cand = torch.nonzero(~torch.isnan(state.last_similarity[0])).flatten().tolist()
         assert torch.nonzero(mask[0]).flatten().tolist() == sorted(cand)[:K]
     counts = steps[T1 - 1][0].counts
-    assert counts.sum(1).eq(T1 * (K if count == "selected" else K + L)).all()
+    assert counts.sum(1).eq(T1 * (K + L if count == "drawn_and_selected" else K)).all()
 
 
 def test_candidates_are_fresh_each_round():
@@ -148,12 +181,6 @@ def test_drawn_and_selected_counts_by_hand():
     assert all(torch.equal(a[1], b[1]) for a, b in zip(sel, both))   # stage one picks the same top k
 
 
-def test_refuses_bad_count():
-    with pytest.raises(ConfigError) as err:
-        make_pens(config("drawn"))
-    assert err.value.field == "pens.count"
-
-
 def test_refuses_no_stage_one():
     cfg = config()
     cfg.stage1_rounds = 0
@@ -165,3 +192,32 @@ def test_refuses_no_stage_one():
         raise AssertionError("stage1_rounds=0 accepted")
     alg = make_pens(config())
     assert (alg.name, alg.gathers_before) == ("pens", False)
+
+
+def test_default_is_reference_count():
+    cfg = Config()
+    assert (cfg.pens.count, cfg.pens.empty_list, cfg.pens.stage2_neighbours) == ("reference", "last_topk", 0)
+    alg = make_pens(cfg)
+    assert (alg.count, alg.empty_list, alg.stage2_neighbours) == ("reference", "last_topk", 0)
+
+
+@pytest.mark.parametrize("stage2", [1, 3, 7])
+def test_stage2_neighbours_draws_that_many_from_the_list(stage2):
+    """As the reference code's stage two: min(stage2_neighbours, |list|) uniform list members."""
+    _, lists, _ = plain_pens_lists("reference")
+    steps = run(range(N), T1 + 4, "reference", stage2=stage2)
+    for state, mask, nl in steps[T1:]:
+        for i in range(N):
+            picked = set(torch.nonzero(mask[i]).flatten().tolist())
+            assert picked <= lists[i] and len(picked) == min(stage2, len(lists[i]))
+    assert any(len(x) > 3 for x in lists)    # the list is longer than some of the draws
+
+
+@pytest.mark.parametrize("field,value", [("pens.count", "drawn"), ("pens.empty_list", "none"),
+                                         ("pens.stage2_neighbours", -1), ("pens.stage2_neighbours", N)])
+def test_refuses_bad_pens_section(field, value):
+    cfg = config()
+    setattr(cfg.pens, field.split(".")[1], value)
+    with pytest.raises(ConfigError) as err:
+        make_pens(cfg)
+    assert err.value.field == field

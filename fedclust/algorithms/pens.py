@@ -4,26 +4,45 @@
 Stage one (rounds 1..T1): each round client i draws l candidates uniformly
 from the others (fresh each round, papers/001 Eq. 7), averages with the
 top k by loss similarity ``1 / F_i(w_j)`` and counts how often each peer was
-chosen.  After T1 the peers chosen more than ``ceil(T1·(l+k)/n)`` times
-("the expected amount of times", papers/001 §4.2) form the fixed list; each
-later round averages with k drawn uniformly from it (all if fewer).
+chosen.  After T1 the peers chosen more than a threshold number of times
+form the fixed list; each later round averages with k drawn uniformly from
+it (all if fewer; ``pens.stage2_neighbours`` changes that k).
 
-What counts as "chosen" (``pens.count``):
+What counts and the threshold (``pens.count``):
 
-- ``selected`` (default, SPEC §4 as written): the times j was in i's top k.
-  Under random choice that is T1·k/n on average, so a threshold of
-  T1·(l+k)/n is passed only by peers picked far more often than chance: with
-  l = 10, k = 5, n = 100, T1 = 100 a same-cluster peer is drawn about 10
-  times and picked about as often, below the threshold 15, and the lists
-  come out short.
-- ``drawn_and_selected``: the times j was drawn as a candidate plus the times
-  it was selected; its mean under random choice is exactly T1·l/n + T1·k/n =
-  T1·(l+k)/n, the threshold's formula, so "more than expected" separates
-  same-cluster peers (about 20) from the others (about 10).
+- ``reference`` (default, SPEC §4): as the PENS reference code counts
+  (``train_edu`` in its ``train_functions.py``, client_clustering_method
+  "above_average"): the times j was in i's top k (its ``neighbours_history``
+  of stage one), and j is kept when that count is strictly above
+  ``k·T1/(n−1) − 1``, k and T1 those of stage one, n all clients: the
+  expected count of a peer under random choice, less one.  With k = 5,
+  T1 = 100, n = 100 that is 4.05, so 5 picks keep a peer.  No list comes
+  out empty: the most-picked peer has at least the mean count k·T1/(n−1).
+  The reference looks only at peers picked at least once (its ``Counter``),
+  so when k·T1 < n−1 every peer ever picked is kept.
+- ``selected``: the same counts against ``ceil(T1·(l+k)/n)``, the
+  threshold papers/001 §4.2 quotes for "the expected amount of times".
+  Under random choice a peer is picked T1·k/n times on average, so with
+  l = 10, k = 5, n = 100, T1 = 100 a same-cluster peer (drawn about 10
+  times, picked about as often) stays below 15 and lists come out short or
+  empty.
+- ``drawn_and_selected``: the times j was drawn as a candidate plus the
+  times it was selected, against ``ceil(T1·(l+k)/n)``: its mean under random
+  choice is exactly T1·(l+k)/n, the quoted formula.
 
-Fallback (not in the papers): a client whose fixed list comes out empty
-keeps its last stage-one top-k as the list, so it does not fall silent;
-``PensState.fell_back`` marks those clients.
+A list that comes out empty (``pens.empty_list``): ``last_topk`` (default,
+not in the papers) keeps the last stage-one top k as the list, so the client
+does not fall silent; ``alone`` leaves it empty and the client trains alone,
+as the reference code does (it draws min(20, |list|) = 0 peers).
+``PensState.fell_back`` marks the clients whose list came out empty.
+
+Where the reference code differs otherwise (not options here): it ranks by
+client i's *own* model on candidate j's training data (``F_j(w_i)``, SPEC:
+``F_i(w_j)``), its metric defaults to accuracy (``1/(loss + 1e-5)`` when
+asked for loss), and within a round its clients, one after another, average
+with the others' current models and then train (SPEC: all train, then all
+average, synchronously).  Stage two there averages with 20 list members
+(``pens.stage2_neighbours=20``).
 """
 
 from __future__ import annotations
@@ -48,7 +67,7 @@ class PensState:
     last_topk: torch.Tensor        # [C, n] bool: the top k of the last stage-one round
     fixed: torch.Tensor            # [C, n] bool: the stage-two list (empty until it is formed)
     formed: bool                   # whether ``fixed`` has been formed (first stage-two round)
-    fell_back: torch.Tensor        # [C] bool: fixed list was empty, last top k used instead
+    fell_back: torch.Tensor        # [C] bool: fixed list came out empty (last top k used unless empty_list=alone)
     last_similarity: torch.Tensor  # [C, n] float32: last computed s_ij, NaN where not computed
     similarity_round: int          # round of last_similarity (0: none yet)
 
@@ -58,11 +77,32 @@ def pens_threshold(stage1_rounds: int, l: int, k: int, n: int) -> int:
     return -(-stage1_rounds * (l + k) // n)
 
 
-def fixed_list(counts: torch.Tensor, last_topk: torch.Tensor, threshold: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(list [C, n], fell_back [C])``: peers chosen more than ``threshold``
-    times; a row with none falls back to its last top k."""
+def pens_reference_threshold(stage1_rounds: int, k: int, n: int) -> int:
+    """The reference code's cut-off ``k·T1/(n−1) − 1`` as an integer threshold:
+    for a whole count c, ``c > k·T1/(n−1) − 1`` exactly when
+    ``c > floor(k·T1/(n−1)) − 1``, computed here without floating point.  The
+    reference only looks at peers picked at least once (the keys of its
+    ``Counter``), so the threshold is at least 0 (when k·T1 < n−1 every peer
+    ever picked is kept, never one that was not)."""
+    return max(stage1_rounds * k // (n - 1) - 1, 0)
+
+
+def count_threshold(count: str, stage1_rounds: int, l: int, k: int, n: int) -> int:
+    """The integer a peer's stage-one count must exceed under ``pens.count``."""
+    if count == "reference":
+        return pens_reference_threshold(stage1_rounds, k, n)
+    return pens_threshold(stage1_rounds, l, k, n)
+
+
+def fixed_list(counts: torch.Tensor, last_topk: torch.Tensor, threshold: int,
+               empty_list: str = "last_topk") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(list [C, n], empty [C])``: peers chosen more than ``threshold``
+    times; a row with none falls back to its last top k (``last_topk``) or
+    stays empty (``alone``)."""
     chosen = counts > threshold
     empty = ~chosen.any(1)
+    if empty_list == "alone":
+        return chosen, empty
     return torch.where(empty[:, None], last_topk, chosen), empty
 
 
@@ -71,7 +111,9 @@ class PENS:
     k: int
     l: int
     stage1_rounds: int
-    count: str = "selected"        # "selected" | "drawn_and_selected" (module docstring)
+    count: str = "reference"       # "reference" | "selected" | "drawn_and_selected" (module docstring)
+    empty_list: str = "last_topk"  # "last_topk" | "alone": what an empty fixed list becomes
+    stage2_neighbours: int = 0     # peers drawn from the list each stage-two round; 0: k
     name: str = "pens"
     gathers_before: bool = False
 
@@ -97,10 +139,11 @@ class PENS:
                 last_similarity=recorded_similarity(sim, cand, ctx.self_mask, full=False))
             return new, top
         if not state.formed:
-            fixed, fell_back = fixed_list(state.counts, state.last_topk,
-                                          pens_threshold(self.stage1_rounds, self.l, self.k, ctx.n))
+            threshold = count_threshold(self.count, self.stage1_rounds, self.l, self.k, ctx.n)
+            fixed, fell_back = fixed_list(state.counts, state.last_topk, threshold, self.empty_list)
             state = dataclasses.replace(state, fixed=fixed, fell_back=fell_back, formed=True)
-        return state, rng.choose_from_mask(ctx.seed, t, "pens", ctx.client_ids, state.fixed, self.k)
+        draw = self.stage2_neighbours or self.k
+        return state, rng.choose_from_mask(ctx.seed, t, "pens", ctx.client_ids, state.fixed, draw)
 
     def contacted(self, state: PensState, round_: int) -> torch.Tensor:
         """Stage one fetches the l candidates' models to rank them; stage two none beyond the averaged."""
@@ -114,10 +157,11 @@ class PENS:
 
 
 def make_pens(cfg) -> PENS:
-    """PENS with cfg.algorithm.k, .l, cfg.stage1_rounds and cfg.pens.count."""
-    from fedclust.config_methods import check_pens_count
+    """PENS with cfg.algorithm.k, .l, cfg.stage1_rounds and the cfg.pens section."""
+    from fedclust.config_methods import check_pens
 
-    a = cfg.algorithm
+    a, p = cfg.algorithm, cfg.pens
     check_peer_config("pens", a.k, a.l, cfg.stage1_rounds)
-    check_pens_count(cfg.pens.count)
-    return PENS(k=a.k, l=a.l, stage1_rounds=cfg.stage1_rounds, count=cfg.pens.count)
+    check_pens(p, cfg.clients)
+    return PENS(k=a.k, l=a.l, stage1_rounds=cfg.stage1_rounds, count=p.count, empty_list=p.empty_list,
+                stage2_neighbours=p.stage2_neighbours)
