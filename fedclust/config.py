@@ -78,7 +78,7 @@ class Config:
     fedgroup: FedGroupConfig = field(default_factory=FedGroupConfig)
     fpfc: FpfcConfig = field(default_factory=FpfcConfig)
     participation: float = 1.0      # share of clients taking part each round (centralized methods)
-    model: str = "auto"             # auto | mlp | cnn
+    model: str = "auto"             # auto (logreg for synthetic, cnn for cifar10, mlp otherwise) | logreg | mlp | cnn
     clients: int = 100
     rounds: int = 300               # total rounds (stage one + stage two)
     stage1_rounds: int = 100
@@ -272,7 +272,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError("stage1_rounds", cfg.stage1_rounds,
                           f"{name} needs 1 <= stage1_rounds <= rounds ({cfg.rounds}): stage two starts from "
                           "stage one's neighbour list")
-    _one_of("model", cfg.model, {"auto", "mlp", "cnn"})
+    _one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})
     if cfg.model == "cnn" and cfg.data.name != "cifar10":
         raise ConfigError("model", cfg.model, "the CNN takes 32x32x3 images: use it with data.name=cifar10, or model=mlp")
     _one_of("device", cfg.device, {"auto", "cpu", "cuda"})

@@ -82,6 +82,11 @@ class FedProxConfig:
 @dataclass
 class IfcaConfig:
     clusters: int = 2            # c, the number of cluster models (papers/002; papers/001 Table 5 sets c = true clusters)
+    # papers/002 restarts Algorithm 1 from several random inits ("a few restarts suffice"; 10 in its
+    # success-rate runs).  The run tries each for restart_rounds rounds, one after the other, and goes on
+    # with the one of lowest IFCA objective mean_i min_j F_i(theta_j) (fedclust/algorithms/ifca.py).
+    restarts: int = 3
+    restart_rounds: int = 10
 
 
 @dataclass
@@ -227,6 +232,16 @@ def validate_methods(cfg) -> None:
         if not 1 <= c <= n:
             raise ConfigError("ifca.clusters", c, f"must lie in [1, clients = {n}]: one model per cluster, "
                               "e.g. the number of clusters you expect (data.num_clusters)")
+        r, t0 = cfg.ifca.restarts, cfg.ifca.restart_rounds
+        if r < 1:
+            raise ConfigError("ifca.restarts", r, "must be >= 1 (1: one initialisation, papers/002 Algorithm 1 as is)")
+        if r > 1 and t0 < 1:
+            raise ConfigError("ifca.restart_rounds", t0, "must be >= 1: the rounds each restart runs before "
+                              "they are compared")
+        if r > 1 and r * t0 >= cfg.rounds:
+            raise ConfigError("ifca.restarts", r, f"{r} restarts x ifca.restart_rounds = {t0} take {r * t0} rounds, "
+                              f"not fewer than rounds = {cfg.rounds}; lower ifca.restarts (1: no restarts) or "
+                              "ifca.restart_rounds, or raise rounds")
     if name == "cfl":
         c = cfg.cfl
         for field in ("eps1", "eps2"):

@@ -35,7 +35,8 @@ from fedclust.models import build_model
 from fedclust.runner import initial_weights, prepare, run
 
 SYN = ["data.name=synthetic", "clients=12", "data.train_size=200", "data.test_size=50", "data.synthetic_dim=1",
-       "data.synthetic_alpha=0", "data.synthetic_beta=0", "seed=0", "rounds=12", "progress=false", "figures=false"]
+       "data.synthetic_alpha=0", "data.synthetic_beta=0", "seed=0", "rounds=12", "progress=false", "figures=false",
+       "model=mlp"]
 
 
 def run_cfg(tmp_path, *extra, name="run"):
@@ -62,7 +63,7 @@ def same_partition(a, b):
 
 
 @pytest.mark.parametrize("extra", [
-    ["algorithm.name=ifca"],
+    ["algorithm.name=ifca", "ifca.restarts=2", "ifca.restart_rounds=3"],
     ["algorithm.name=cfl", "cfl.warmup=4", "cfl.eps1=0.8"],
     ["algorithm.name=fedgroup"],
     ["algorithm.name=fpfc", "rounds=15"],
@@ -127,7 +128,7 @@ def test_fedavg_and_fedprox_round_equal_a_plain_computation(tmp_path, name, mu):
 def test_partial_participation_runs(tmp_path, name):
     """participation=0.5: 6 of 12 clients upload per round (server_received)."""
     cfg, s = run_cfg(tmp_path, f"algorithm.name={name}", "participation=0.5", "rounds=6", "cfl.warmup=2",
-                     "cfl.eps1=0.8")
+                     "cfl.eps1=0.8", "ifca.restart_rounds=1")
     assert s["rounds_completed"] == 6 and s["num_clusters"] >= 1
     sent = cfg.ifca.clusters if name == "ifca" else 1
     if name != "cfl":   # CFL's pending clients receive two models
@@ -149,8 +150,9 @@ def _torchrun(tmp_path, nproc, name, extra):
 
 def test_one_and_two_processes_agree(tmp_path):
     """IFCA on 11 clients over 2 ranks (6 + 5): every client's choice crosses
-    ranks through the gathered start models; same clusters and accuracies."""
-    extra = ["algorithm.name=ifca", "clients=11", "rounds=4"]
+    ranks through the gathered start models, and the restarts' objective
+    through one all-reduce; same clusters and accuracies."""
+    extra = ["algorithm.name=ifca", "clients=11", "rounds=4", "ifca.restarts=2", "ifca.restart_rounds=1"]
     one = _torchrun(tmp_path, 1, "one", extra)
     two = _torchrun(tmp_path, 2, "two", extra)
     assert len(one) == len(two) == 4

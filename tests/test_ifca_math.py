@@ -84,3 +84,119 @@ def test_cluster_average_bad_inputs():
         cluster_average(torch.zeros(2, 3), torch.tensor([0, 1]), 3, torch.zeros(2, 3))
     with pytest.raises(ValueError, match="int64"):
         cluster_average(torch.zeros(2, 3), torch.tensor([0, 1], dtype=torch.int32), 3, torch.zeros(3, 3))
+
+
+# ---------------------------------------------------------------- restarts
+
+def test_ifca_objective_by_hand():
+    from fedclust.algorithms.ifca import ifca_objective
+
+    losses = torch.tensor([[0.5, 0.2], [0.3, 0.9], [float("nan"), 0.4]])
+    total, count = ifca_objective(losses)
+    assert float(total) == pytest.approx(0.2 + 0.3 + 0.4) and count == 3
+    total, _ = ifca_objective(torch.tensor([[float("nan"), float("nan")]]))
+    assert float(total) == float("inf")
+    with pytest.raises(ValueError):
+        ifca_objective(torch.zeros(3))
+
+
+def test_global_mean_single_process():
+    from fedclust.algorithms.ifca import global_mean
+
+    assert global_mean(torch.tensor(0.9, dtype=torch.float64), 3) == pytest.approx(0.3)
+    assert global_mean(torch.tensor(0.0), 0) == float("inf")
+
+
+def test_pick_restart_by_hand():
+    from fedclust.algorithms.ifca import pick_restart
+
+    assert pick_restart([0.9, 0.4, 0.7]) == 1
+    assert pick_restart([0.4, 0.4, 0.7]) == 0          # tie: the earliest
+    assert pick_restart([float("nan"), 0.8]) == 1      # NaN never wins
+    assert pick_restart([float("nan")]) == 0
+    with pytest.raises(ValueError):
+        pick_restart([])
+
+
+def test_restart_boundary_by_hand():
+    from fedclust.algorithms.ifca import restart_boundary
+
+    # R = 3, T0 = 2: restart 0 trains rounds 1-2, restart 1 rounds 3-4, restart 2 rounds 5-6
+    got = {t: restart_boundary(t, 3, 2) for t in range(1, 10)}
+    assert got == {1: None, 2: None, 3: 0, 4: None, 5: 1, 6: None, 7: 2, 8: None, 9: None}
+    assert all(restart_boundary(t, 1, 2) is None for t in range(1, 10))   # one restart: never
+
+
+def test_restart_inits_are_keyed_on_seed_and_restart():
+    from fedclust import rng
+    from fedclust.algorithms.ifca import cluster_inits, model_init
+
+    w0 = model_init("logreg", (3,), 4, 11)
+    r0 = cluster_inits(w0, 2, 11, "logreg", (3,), 4, restart=0)
+    r2 = cluster_inits(w0, 2, 11, "logreg", (3,), 4, restart=2)
+    assert torch.equal(r0[0], w0)
+    for k in range(2):
+        s = int(rng.hash_ints(11, 2, 110, torch.tensor(k), 0))
+        assert torch.equal(r2[k], model_init("logreg", (3,), 4, s))
+    assert not torch.equal(r2[0], w0) and not torch.equal(r0, r2)
+    assert torch.equal(r2, cluster_inits(w0, 2, 11, "logreg", (3,), 4, restart=2))   # a pure function
+
+
+def test_ifca_restarts_run_in_turn_and_the_lowest_objective_wins():
+    """R = 3 restarts of T0 = 1 round on a stand-in loss (distance to the
+    client's target): restart r's models are its inits moved towards the
+    targets by hand; the run goes on with the restart of lowest mean min loss."""
+    from fedclust.algorithms import ifca
+    from fedclust.algorithms.base import Context, RoundView
+
+    n, P, K = 4, 3, 2
+    targets = torch.tensor([[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0, 1.0, 0]])
+
+    def pair_loss(models, owner):
+        return (models - targets[owner]).pow(2).sum(1)
+
+    ctx = Context(n=n, client_ids=torch.arange(n), clusters=torch.zeros(n, dtype=torch.int64), seed=5,
+                  stage1_rounds=0, w0=torch.zeros(P), device=torch.device("cpu"), pair_loss=pair_loss)
+    algo = ifca.Ifca(clusters=K, arch="logreg", input_shape=(1,), num_classes=2, participation=1.0,
+                     restarts=3, restart_rounds=1)
+    # stand-in inits (no model builds): restart r's K models
+    inits = {0: torch.tensor([[0.0, 0, 0], [5.0, 5, 5]]), 1: torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]),
+             2: torch.tensor([[3.0, 3, 3], [4.0, 4, 4]])}
+    algo._inits = lambda ctx, r: inits[r].clone()
+    state = algo.init(ctx)
+    seen = []
+    for t in range(1, 6):
+        state, plan = algo.plan(state, ctx, t, torch.zeros(n, P))
+        seen.append(plan.start.clone())
+        after = plan.start.clone()   # no training: the models stay
+        view = RoundView(round=t, before=plan.start, after=after, all_after=after, all_before=plan.start.clone())
+        state, res = algo.aggregate(state, ctx, view)
+    # round 1 from restart 0, round 2 from restart 1, round 3 from restart 2, then restart 1 (objective 0)
+    assert torch.equal(seen[0], inits[0][[0, 0, 0, 0]])
+    assert torch.equal(seen[1], inits[1][[0, 0, 1, 1]])
+    assert torch.equal(seen[2][0], inits[2][0])
+    # restart 0: every client 1 from (0,0,0); restart 1: 0; restart 2: (3,3,3) is 4 + 9 + 9 = 22 from each target
+    assert state.objectives == pytest.approx([1.0, 0.0, 22.0])
+    assert state.picked == 1 and state.ended == []
+    assert torch.equal(seen[3], inits[1][[0, 0, 1, 1]]) and torch.equal(seen[4], seen[3])
+
+
+@pytest.mark.parametrize("overrides,field", [
+    (["ifca.restarts=0"], "ifca.restarts"),
+    (["ifca.restarts=3", "ifca.restart_rounds=0"], "ifca.restart_rounds"),
+    (["ifca.restarts=3", "ifca.restart_rounds=10", "rounds=30"], "ifca.restarts"),
+])
+def test_restart_config_errors_name_field_and_fix(overrides, field):
+    from fedclust.config import load_config
+    from fedclust.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as err:
+        load_config(None, ["algorithm.name=ifca", "data.name=synthetic", "clients=8", *overrides])
+    assert "ifca." in str(err.value)
+
+
+def test_restart_config_accepts_one_restart_with_few_rounds():
+    from fedclust.config import load_config
+
+    cfg = load_config(None, ["algorithm.name=ifca", "data.name=synthetic", "clients=8", "rounds=5", "ifca.restarts=1"])
+    assert cfg.ifca.restarts == 1

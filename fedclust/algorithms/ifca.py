@@ -28,11 +28,31 @@ Round object :class:`Ifca` (``ifca``), below the math:
   the cluster model its start equals (:func:`matching_model`).
 - Participation < 1: every client picks (IFCA's inference rule: the model
   of lowest loss), only participants are averaged and counted as traffic.
+
+Restarts (``ifca.restarts`` R, ``ifca.restart_rounds`` T0).  papers/002
+runs Algorithm 1 from several random initialisations ("random
+initialization and a few restarts suffice" for linear models; its success
+rate counts a trial as solved when one of 10 initialisations lands within
+0.6σ of the *true* parameters -- a pick that needs the truth).  fedclust
+picks without the truth, by the quantity IFCA's alternating minimisation
+decreases: the restart with the lowest objective
+``(1/n) Σ_i min_j F_i(θ_j)`` (:func:`ifca_objective`, :func:`pick_restart`).
+Restarts run one after the other inside the run's rounds: restart r trains
+in rounds ``r·T0+1 .. (r+1)·T0`` from its own K inits
+(:func:`cluster_inits` keyed on (seed, r); restart 0 is the plain run's);
+at the start of the next round every client evaluates the restart's K
+models on its training set (the same losses it assigns with), the mean of
+its row minima over all n clients is the restart's objective (summed over
+ranks), and after the last restart the run goes on from the models of the
+restart with the lowest objective (ties: the earliest).  Rounds of the
+restarts not picked are spent (and reported as they ran); the learning
+rate keeps decaying by round as in any run.  R = 1 is Algorithm 1 from one
+initialisation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -109,12 +129,16 @@ def model_init(arch: str, input_shape, num_classes: int, seed: int) -> torch.Ten
     return ParamLayout.from_module(module).flatten(module).detach().clone()
 
 
-def cluster_inits(w0: torch.Tensor, K: int, seed: int, arch: str, input_shape, num_classes: int) -> torch.Tensor:
-    """``[K, P]`` initial cluster models: ``w0``, then the default init under
-    the seeds ``rng.hash_ints(seed, 0, INIT_STREAM, k, 0)``, k = 1..K-1."""
-    rows = [w0.detach()]
-    for k in range(1, K):   # K model builds, once per run
-        s = int(rng.hash_ints(seed, 0, INIT_STREAM, torch.tensor(k), 0))
+def cluster_inits(w0: torch.Tensor, K: int, seed: int, arch: str, input_shape, num_classes: int,
+                  restart: int = 0) -> torch.Tensor:
+    """``[K, P]`` initial cluster models of restart ``restart``: for restart 0
+    ``w0``, then the default init under the seeds
+    ``rng.hash_ints(seed, 0, INIT_STREAM, k, 0)``, k = 1..K-1; for restart
+    r > 0 all K under ``rng.hash_ints(seed, r, INIT_STREAM, k, 0)``, k = 0..K-1
+    (keyed on (seed, restart), the same on every rank)."""
+    rows = [w0.detach()] if restart == 0 else []
+    for k in range(1 if restart == 0 else 0, K):   # K model builds, once per restart
+        s = int(rng.hash_ints(seed, restart, INIT_STREAM, torch.tensor(k), 0))
         w = model_init(arch, input_shape, num_classes, s).to(w0)
         if w.shape != w0.shape:
             raise ValueError(f"cluster init has {w.numel()} parameters but w0 has {w0.numel()}; "
@@ -133,6 +157,48 @@ def loss_matrix(ctx: Context, models: torch.Tensor) -> torch.Tensor:
     return torch.stack([ctx.pair_loss(models[k].expand(C, -1), local) for k in range(models.shape[0])], dim=1)
 
 
+def ifca_objective(losses: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(sum over clients of ``min_j F_i(θ_j)``, number of clients) of a
+    ``[C, K]`` loss matrix; a NaN counts as +inf (as in
+    :func:`assign_clusters`).  The objective of a restart is the sum over all
+    ranks divided by the count over all ranks (:func:`global_mean`)."""
+    if losses.dim() != 2 or losses.shape[1] == 0:
+        raise ValueError(f"losses must be [C, K] with K >= 1, got shape {tuple(losses.shape)}")
+    clean = torch.nan_to_num(losses.to(torch.float64), nan=float("inf"))
+    return clean.min(dim=1).values.sum(), losses.shape[0]
+
+
+def global_mean(total: torch.Tensor, count: int) -> float:
+    """``total / count`` summed over all ranks (one all-reduce of two numbers
+    when a process group of several ranks is running; no-op otherwise)."""
+    import torch.distributed as dist
+
+    both = torch.stack([total.to(torch.float64), torch.tensor(float(count), dtype=torch.float64, device=total.device)])
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(both)
+    return float(both[0] / both[1]) if float(both[1]) > 0 else float("inf")
+
+
+def pick_restart(objectives: list[float]) -> int:
+    """Index of the restart with the lowest objective; NaN counts as +inf,
+    ties go to the earliest restart."""
+    if not objectives:
+        raise ValueError("pick_restart needs at least one objective")
+    clean = [float("inf") if v != v else float(v) for v in objectives]
+    return min(range(len(clean)), key=lambda r: (clean[r], r))
+
+
+def restart_boundary(round_: int, restarts: int, restart_rounds: int) -> int | None:
+    """The restart whose trial ends just before round ``round_`` (rounds are
+    1-based; restart r trains in rounds ``r·T0+1 .. (r+1)·T0``), or None:
+    ``r = (round_ − 1)/T0 − 1`` when ``round_ − 1`` is a positive multiple of
+    T0 and r < R; never with a single restart."""
+    if restarts <= 1 or round_ <= 1 or (round_ - 1) % restart_rounds:
+        return None
+    r = (round_ - 1) // restart_rounds - 1
+    return r if r < restarts else None
+
+
 def matching_model(rows: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
     """int64 ``[n]``: for each row the index of the nearest of ``models [K, P]``
     (squared distance; 0 for a row that is an exact copy, as a client's
@@ -145,6 +211,9 @@ def matching_model(rows: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
 class IfcaState:
     models: torch.Tensor        # [K, P] cluster models (replicated)
     assignment: torch.Tensor    # [n] int64: each client's latest choice (replicated)
+    ended: list = field(default_factory=list)        # [K, P] models of each restart that has ended
+    objectives: list = field(default_factory=list)   # its objective (ifca_objective, over all clients)
+    picked: int | None = None                        # the restart the run went on with
 
 
 @dataclass
@@ -156,15 +225,33 @@ class Ifca:
     input_shape: tuple
     num_classes: int
     participation: float = 1.0
+    restarts: int = 1
+    restart_rounds: int = 10
     name: str = "ifca"
     gathers_before: bool = True
 
+    def _inits(self, ctx: Context, restart: int) -> torch.Tensor:
+        return cluster_inits(ctx.w0, self.clusters, ctx.seed, self.arch, self.input_shape, self.num_classes,
+                             restart).to(ctx.w0)
+
     def init(self, ctx: Context) -> IfcaState:
-        models = cluster_inits(ctx.w0, self.clusters, ctx.seed, self.arch, self.input_shape, self.num_classes)
-        return IfcaState(models=models.to(ctx.w0), assignment=torch.zeros(ctx.n, dtype=torch.int64, device=ctx.device))
+        return IfcaState(models=self._inits(ctx, 0), assignment=torch.zeros(ctx.n, dtype=torch.int64, device=ctx.device))
 
     def plan(self, state: IfcaState, ctx: Context, round_: int, models: torch.Tensor):
-        choice = assign_clusters(loss_matrix(ctx, state.models))
+        losses = loss_matrix(ctx, state.models)
+        ended = restart_boundary(round_, self.restarts, self.restart_rounds)
+        if ended is not None:   # restart `ended` has run its rounds: score it, start the next or pick
+            objective = global_mean(*ifca_objective(losses))
+            state = IfcaState(state.models, state.assignment, state.ended + [state.models],
+                              state.objectives + [objective])
+            if ended + 1 < self.restarts:
+                state.models = self._inits(ctx, ended + 1)
+            else:
+                state.picked = pick_restart(state.objectives)
+                state.models = state.ended[state.picked]
+                state.ended = []
+            losses = loss_matrix(ctx, state.models)
+        choice = assign_clusters(losses)
         return state, RoundPlan(start=state.models[choice])
 
     def aggregate(self, state: IfcaState, ctx: Context, view: RoundView):
@@ -173,8 +260,8 @@ class Ifca:
         choice = matching_model(view.all_before, state.models)
         models = cluster_average(view.all_after[active], choice[active], K, state.models)
         received = active.to(torch.float64) * K
-        return IfcaState(models, choice), server_result(ctx, models[own(ctx, choice)], choice, received,
-                                                        int(active.sum()))
+        new = IfcaState(models, choice, state.ended, state.objectives, state.picked)
+        return new, server_result(ctx, models[own(ctx, choice)], choice, received, int(active.sum()))
 
 
 def make_ifca(cfg) -> Ifca:
@@ -182,4 +269,5 @@ def make_ifca(cfg) -> Ifca:
 
     arch, shape, classes = model_spec(cfg)
     return Ifca(clusters=cfg.ifca.clusters, arch=arch, input_shape=shape, num_classes=classes,
-                participation=cfg.participation)
+                participation=cfg.participation, restarts=cfg.ifca.restarts,
+                restart_rounds=cfg.ifca.restart_rounds)
