@@ -41,9 +41,13 @@ class PanmConfig:
     # "inverse" y = 1/F_i(w_j), papers/001's literal similarity.  CNI ranks by 1/F under either (same order).
     # panm_grad ignores it: its similarity is a cosine, not a loss.
     em_input: str = "neg_loss"
+    # The variances of HNM's two Gaussians: "separate" (papers/001 Eq. 15: one sigma per component) or
+    # "tied" (one pooled within-component sigma for both); see docs/algorithms.md, PANM.
+    em_variance: str = "separate"
 
 
 PANM_EM_INPUTS = ("neg_loss", "inverse")
+PANM_EM_VARIANCES = ("separate", "tied")
 
 
 def check_panm_em_input(em_input) -> None:
@@ -53,6 +57,15 @@ def check_panm_em_input(em_input) -> None:
     if em_input not in PANM_EM_INPUTS:
         raise ConfigError("panm.em_input", em_input, f"use one of {', '.join(PANM_EM_INPUTS)} (what PANMLoss's "
                           "HNM runs its EM on: neg_loss = -F, the default; inverse = 1/F as papers/001 writes it)")
+
+
+def check_panm_em_variance(em_variance) -> None:
+    """Refuse a ``panm.em_variance`` that is not one of :data:`PANM_EM_VARIANCES`."""
+    from fedclust.errors import ConfigError
+
+    if em_variance not in PANM_EM_VARIANCES:
+        raise ConfigError("panm.em_variance", em_variance, f"use one of {', '.join(PANM_EM_VARIANCES)} (the "
+                          "variances of HNM's two Gaussians: one per component, or one pooled for both)")
 
 
 def check_pens(pens, clients: int) -> None:

@@ -8,7 +8,7 @@ from fedclust import rng
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.algorithms.cni import cni_step, draw_candidates, top_k_in_mask
 from fedclust.algorithms.hnm import (
-    VAR_FLOOR_ABS, VAR_FLOOR_REL, draw_average, em_two_gaussians, hnm_draw, hnm_update,
+    VAR_FLOOR_ABS, VAR_FLOOR_REL, draw_average, em_two_gaussians, hnm_draw, hnm_update, pooled_variance,
 )
 from fedclust.algorithms.panm import PanmState, make_panm_grad, make_panm_loss
 from fedclust.config import Config
@@ -85,8 +85,9 @@ def test_cni_precision_never_falls_with_a_perfect_similarity():
 # ---------------------------------------------------------------- EM
 
 
-def plain_em(ys, init_a, max_steps=100, rel=VAR_FLOOR_REL, abs_=VAR_FLOOR_ABS):
-    """One client, plain Python: hard-assignment EM for two 1-D Gaussians."""
+def plain_em(ys, init_a, max_steps=100, rel=VAR_FLOOR_REL, abs_=VAR_FLOOR_ABS, tied=False):
+    """One client, plain Python: hard-assignment EM for two 1-D Gaussians
+    (``tied``: both use the pooled within-component variance)."""
     m = len(ys)
     if m == 0:
         return [], True, []
@@ -109,6 +110,8 @@ def plain_em(ys, init_a, max_steps=100, rel=VAR_FLOOR_REL, abs_=VAR_FLOOR_ABS):
     for _ in range(max_steps):
         ca, ma, va = stats(a)
         cb, mb, vb = stats([not z for z in a])
+        if tied:
+            va = vb = max((ca * va + cb * vb) / m, floor)
         new = [score(y, ca, ma, va) >= score(y, cb, mb, vb) for y in ys]
         if new == a:
             break
@@ -119,7 +122,7 @@ def plain_em(ys, init_a, max_steps=100, rel=VAR_FLOOR_REL, abs_=VAR_FLOOR_ABS):
     return high, ca == 0 or cb == 0, a
 
 
-def run_em(rows, inits):
+def run_em(rows, inits, variance="separate"):
     m = max(len(r) for r in rows)
     y = torch.zeros(len(rows), m, dtype=torch.float64)
     valid = torch.zeros(len(rows), m, dtype=torch.bool)
@@ -128,7 +131,7 @@ def run_em(rows, inits):
         y[i, :len(r)] = torch.tensor(r, dtype=torch.float64)
         valid[i, :len(r)] = True
         init[i, :len(r)] = torch.tensor(a, dtype=torch.bool)
-    return em_two_gaussians(y, valid, init), valid
+    return em_two_gaussians(y, valid, init, variance=variance), valid
 
 
 def test_em_splits_two_separated_groups_exactly():
@@ -150,6 +153,54 @@ def test_em_drops_outliers_started_in_s_and_takes_good_candidates():
 def test_em_degenerate_cases_flag_empty():
     res, _ = run_em([[0.5] * 6, [0.7], [0.3, 0.9, 0.4]], [[True] * 3 + [False] * 3, [True], [True] * 3])
     assert res.empty.tolist() == [True, True, True]   # all equal; one element; C empty from the start
+
+
+def test_pooled_variance_by_hand():
+    # (2 * 0.5 + 3 * 2.0) / 5 = 1.4; the floor wins where it is larger
+    got = pooled_variance(torch.tensor([2.0, 2.0]), torch.tensor([0.5, 0.5]), torch.tensor([3.0, 3.0]),
+                          torch.tensor([2.0, 2.0]), torch.tensor([0.1, 3.0]))
+    assert torch.allclose(got, torch.tensor([1.4, 3.0]))
+
+
+# Recorded in a 4-rotation PANMGrad run (seed 0, round 163, client 79, values rounded): S are ten
+# same-cluster neighbours, C ten other-cluster candidates; the seventh candidate's update cosine was
+# 0.18 by chance.  The same-cluster values are spread by the update-cosine term, the candidates'
+# are tight, so with one variance per component the wide component takes the candidate (2.6 of its
+# standard deviations from its mean, 10 from the other candidates'); with a pooled variance the
+# boundary lies between the two means.
+RECORDED_S = [0.530, 0.552, 0.437, 0.572, 0.591, 0.451, 0.608, 0.348, 0.495, 0.362]
+RECORDED_C = [0.154, 0.158, 0.170, 0.157, 0.151, 0.156, 0.278, 0.143, 0.159, 0.123]
+
+
+def test_separate_variances_take_the_recorded_wrong_candidate_tied_do_not():
+    init = [[True] * 10 + [False] * 10]
+    sep, _ = run_em([RECORDED_S + RECORDED_C], init, "separate")
+    tied, _ = run_em([RECORDED_S + RECORDED_C], init, "tied")
+    assert sep.high[0].tolist() == [True] * 10 + [False] * 6 + [True] + [False] * 3
+    assert tied.high[0].tolist() == [True] * 10 + [False] * 10
+    # the plain loop agrees on both
+    assert plain_em(RECORDED_S + RECORDED_C, init[0])[0] == sep.high[0].tolist()
+    assert plain_em(RECORDED_S + RECORDED_C, init[0], tied=True)[0] == tied.high[0].tolist()
+
+
+def test_batched_tied_em_equals_plain_loop():
+    g = torch.Generator().manual_seed(7)
+    rows, inits = [], []
+    for c in range(60):
+        m = int(torch.randint(1, 21, (1,), generator=g))
+        gap = float(torch.rand(1, generator=g)) * 3
+        hi = torch.rand(m, generator=g) < 0.5
+        scale = 1 + 4 * hi.to(torch.float64)                  # unequal spreads: where tying matters
+        vals = torch.randn(m, generator=g, dtype=torch.float64) * scale + gap * hi
+        rows.append([float(v) for v in vals])
+        inits.append([bool(v) for v in (torch.rand(m, generator=g) < 0.5)])
+    res, valid = run_em(rows, inits, "tied")
+    for i, (ys, a) in enumerate(zip(rows, inits)):
+        high, empty, assign = plain_em(ys, a, tied=True)
+        assert bool(res.empty[i]) == empty, i
+        assert res.assign_a[i, :len(ys)].tolist() == assign, i
+        if not empty:
+            assert res.high[i, :len(ys)].tolist() == high, i
 
 
 def test_batched_em_equals_plain_loop():

@@ -61,9 +61,16 @@ def variance_floor(y: torch.Tensor, valid: torch.Tensor,
     return rel * var + abs_
 
 
+def pooled_variance(cnt_a, var_a, cnt_b, var_b, floor):
+    """The within-component variance shared by both components (tied
+    covariance): ``(n_a σ_a² + n_b σ_b²) / (n_a + n_b)``, floored."""
+    total = (cnt_a + cnt_b).clamp_min(1.0)
+    return torch.maximum((cnt_a * var_a + cnt_b * var_b) / total, floor)
+
+
 def em_two_gaussians(y: torch.Tensor, valid: torch.Tensor, init_a: torch.Tensor,
                      max_steps: int = MAX_EM_STEPS, rel_floor: float = VAR_FLOOR_REL,
-                     abs_floor: float = VAR_FLOOR_ABS) -> EMResult:
+                     abs_floor: float = VAR_FLOOR_ABS, variance: str = "separate") -> EMResult:
     """Hard-assignment EM for two 1-D Gaussians, batched over rows (papers/001 Eq. 15-17).
 
     ``y [C, m]`` values, ``valid [C, m]`` which of them exist, ``init_a``
@@ -84,6 +91,8 @@ def em_two_gaussians(y: torch.Tensor, valid: torch.Tensor, init_a: torch.Tensor,
         b = valid & ~a
         cnt_a, mean_a, var_a = _component_stats(y, a, floor)
         cnt_b, mean_b, var_b = _component_stats(y, b, floor)
+        if variance == "tied":
+            var_a = var_b = pooled_variance(cnt_a, var_a, cnt_b, var_b, floor)
         log_a = _log_weighted_density(y, cnt_a, total, mean_a, var_a)
         log_b = _log_weighted_density(y, cnt_b, total, mean_b, var_b)
         new_a = valid & (log_a >= log_b)

@@ -87,6 +87,7 @@ class PANM:
     name: str = "panm_loss"
     gathers_before: bool = False
     em_input: str = "neg_loss"   # panm_loss: "neg_loss" (EM on -F) | "inverse" (EM on 1/F); grad: unused
+    em_variance: str = "separate"  # HNM's Gaussians: "separate" sigma per component | "tied" (one pooled sigma)
 
     def init(self, ctx: Context) -> PanmState:
         C, n = len(ctx.client_ids), ctx.n
@@ -125,7 +126,7 @@ class PANM:
             pool = cand | sample
             sim = similarity_for(self.metric, self.alpha, ctx, view, pool)
             y = loss_em_input(sim, self.em_input) if self.metric == "loss" else sim
-            neighbors, failed = hnm_update(state.neighbors, cand, sample, y)
+            neighbors, failed = hnm_update(state.neighbors, cand, sample, y, variance=self.em_variance)
             new = dataclasses.replace(
                 state, neighbors=neighbors, hnm_failed=failed, similarity_round=t, pool=pool,
                 last_similarity=recorded_similarity(sim, pool, self_mask, full=self.metric == "grad"))
@@ -142,7 +143,7 @@ class PANM:
 
 
 def _make(cfg, metric: str) -> PANM:
-    from fedclust.config_methods import check_panm_em_input
+    from fedclust.config_methods import check_panm_em_input, check_panm_em_variance
 
     a = cfg.algorithm
     name = f"panm_{metric}"
@@ -152,8 +153,10 @@ def _make(cfg, metric: str) -> PANM:
     if metric == "grad" and not 0.0 <= a.alpha <= 1.0:
         raise ConfigError("algorithm.alpha", a.alpha, "must lie in [0, 1]")
     check_panm_em_input(cfg.panm.em_input)
+    check_panm_em_variance(cfg.panm.em_variance)
     return PANM(metric=metric, k=a.k, l=a.l, tau=a.tau, alpha=a.alpha, stage1_rounds=cfg.stage1_rounds,
-                name=name, gathers_before=metric == "grad", em_input=cfg.panm.em_input)
+                name=name, gathers_before=metric == "grad", em_input=cfg.panm.em_input,
+                em_variance=cfg.panm.em_variance)
 
 
 def make_panm_loss(cfg) -> PANM:
