@@ -106,8 +106,9 @@ class IfcaConfig:
 class CflConfig:
     eps1: float = 0.4            # split when the mean update norm is below eps1 ... (CFL reference code, SPEC §5)
     eps2: float = 1.6            # ... and the largest client update norm above eps2
+    gamma_max: float = 0.5       # split kept only if gamma_max < sqrt((1 - max cross-half cosine)/2) (CFL Alg. 1)
     warmup: int = 20             # rounds before the first split is considered (CFL reference code: round > 20)
-    scale_to_model: bool = True  # read eps1/eps2 in units of (warm-up mean update norm)/1.6, lr-corrected (cfl.py)
+    scale_to_model: bool = True  # read eps1/eps2 in units of (round-1 mean update norm)/3.2, the reference's u_1 (cfl.py)
 
 
 @dataclass
@@ -263,6 +264,10 @@ def validate_methods(cfg) -> None:
         if not c.eps1 < c.eps2:
             raise ConfigError("cfl.eps1", c.eps1, f"must be below cfl.eps2 = {c.eps2}: a cluster splits when its "
                               "mean update is small (< eps1) while some client's is large (> eps2)")
+        if not 0.0 <= c.gamma_max < 1.0:
+            raise ConfigError("cfl.gamma_max", c.gamma_max, "must lie in [0, 1): the bound on the clients' relative "
+                              "gradient error of CFL's Algorithm 1 (default 0.5; 0 keeps only the norm test, as the "
+                              "reference code)")
         if c.warmup < 0:
             raise ConfigError("cfl.warmup", c.warmup, "must be >= 0 rounds (CFL's reference code: 20)")
         if c.warmup >= cfg.rounds:

@@ -64,7 +64,7 @@ def same_partition(a, b):
 
 @pytest.mark.parametrize("extra", [
     ["algorithm.name=ifca", "ifca.restarts=2", "ifca.restart_rounds=3"],
-    ["algorithm.name=cfl", "cfl.warmup=4", "cfl.eps1=0.8"],
+    ["algorithm.name=cfl", "cfl.warmup=4", "cfl.eps1=1.5"],
     ["algorithm.name=fedgroup"],
     ["algorithm.name=fpfc", "rounds=15"],
 ], ids=["ifca", "cfl", "fedgroup", "fpfc"])
@@ -128,7 +128,7 @@ def test_fedavg_and_fedprox_round_equal_a_plain_computation(tmp_path, name, mu):
 def test_partial_participation_runs(tmp_path, name):
     """participation=0.5: 6 of 12 clients upload per round (server_received)."""
     cfg, s = run_cfg(tmp_path, f"algorithm.name={name}", "participation=0.5", "rounds=6", "cfl.warmup=2",
-                     "cfl.eps1=0.8", "ifca.restart_rounds=1")
+                     "cfl.eps1=1.5", "ifca.restart_rounds=1")
     assert s["rounds_completed"] == 6 and s["num_clusters"] >= 1
     sent = cfg.ifca.clusters if name == "ifca" else 1
     if name != "cfl":   # CFL's pending clients receive two models
@@ -307,13 +307,29 @@ def test_cfl_absent_members_of_a_split_pick_a_half_next_round():
     assert res3.received.tolist() == want_received
 
 
-def test_cfl_scaled_thresholds_follow_warmup_norm_and_lr():
-    algo = cfl.Cfl(eps1=0.4, eps2=1.6, warmup=5, scale_to_model=True, lr_decay=0.9)
-    e1, e2 = algo.thresholds(2.0, 8)
-    assert e2 == pytest.approx(2.0 * 0.9**3) and e1 == pytest.approx(0.25 * 2.0 * 0.9**3)
-    wide = cfl.Cfl(eps1=0.4, eps2=3.2, warmup=5, scale_to_model=True, lr_decay=0.9)   # eps2 twice the default
-    e1, e2 = wide.thresholds(2.0, 8)
-    assert e2 == pytest.approx(4.0 * 0.9**3) and e1 == pytest.approx(0.25 * 2.0 * 0.9**3)
+def test_cfl_thresholds_in_round1_units_and_the_bipartition_bound():
+    """scale_to_model: eps read in units of u_1 / 3.2 (u_1 = round 1's mean
+    update norm); a cluster passing the norm test splits only if
+    gamma_max < sqrt((1 - alpha_max^cross) / 2)."""
+    n, P = 4, 3
+    ctx = fake_ctx(n, P)
+    first = 6.4 * torch.eye(P)[[0, 1, 0, 1]]                 # round 1: every update has norm 6.4 = 2 x 3.2
+    ring = 4.0 * torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [-1.0, 0, 0], [0, -1.0, 0]])   # mean 0, norms 4
+    for gamma, splits in ((0.5, 1), (0.75, 0)):   # best bipartition {0,1}|{2,3}: alpha_cross = 0, bound 0.707
+        algo = cfl.Cfl(eps1=0.4, eps2=1.6, gamma_max=gamma, warmup=1, scale_to_model=True)
+        state = algo.init(ctx)
+        state, _ = algo.aggregate(state, ctx, RoundView(round=1, before=torch.zeros(n, P), after=first,
+                                                         all_after=first))
+        assert state.reference_norm == pytest.approx(6.4) and algo.thresholds(6.4) == pytest.approx((0.8, 3.2))
+        base = state.models[0]
+        after = base + ring
+        state, res = algo.aggregate(state, ctx, RoundView(round=2, before=base.expand(n, -1), after=after,
+                                                           all_after=after))
+        assert len(state.splits) == splits and state.models.shape[0] == 1 + splits
+        (t, c, alpha, accepted), = state.checks
+        assert (t, c, accepted) == (2, 0, bool(splits)) and alpha == pytest.approx(0.0, abs=1e-6)
+        if splits:
+            assert same_partition(res.assignment.numpy(), [0, 0, 1, 1])
 
 
 def test_fedgroup_cold_start_and_newcomers_against_plain_loops():
@@ -434,6 +450,8 @@ def test_fpfc_object_against_the_literal_algorithm():
     (["algorithm.name=cfl", "cfl.eps2=.inf"], "cfl.eps2"),
     (["algorithm.name=cfl", "cfl.warmup=-1"], "cfl.warmup"),
     (["algorithm.name=cfl", "cfl.warmup=12"], "cfl.warmup"),
+    (["algorithm.name=cfl", "cfl.gamma_max=1"], "cfl.gamma_max"),
+    (["algorithm.name=cfl", "cfl.gamma_max=-0.1"], "cfl.gamma_max"),
     (["algorithm.name=fedgroup", "fedgroup.groups=0"], "fedgroup.groups"),
     (["algorithm.name=fedgroup", "fedgroup.pretrain_scale=0"], "fedgroup.pretrain_scale"),
     (["algorithm.name=fedgroup", "fedgroup.pretrain_scale=1"], "fedgroup.pretrain_scale"),

@@ -8,7 +8,8 @@ from scipy.cluster.hierarchy import cut_tree, linkage
 from scipy.spatial.distance import squareform
 
 from fedclust.algorithms.cfl import (
-    bipartition, complete_linkage_labels, pairwise_cosine, scaled_thresholds, should_split, update_norms,
+    REFERENCE_ROUND1_NORM, bipartition, check_gamma_max, cross_similarity, pairwise_cosine, scaled_thresholds,
+    separation_bound, should_split, split_cluster, split_is_separated, update_norms,
 )
 from fedclust.errors import ConfigError
 
@@ -47,18 +48,72 @@ def test_should_split_by_hand():
 
 @pytest.mark.parametrize("eps1,eps2", [(0.0, 1.6), (0.4, -1.0), (float("nan"), 1.6)])
 def test_should_split_bad_thresholds(eps1, eps2):
-    with pytest.raises(ConfigError, match="algorithm.eps"):
+    with pytest.raises(ConfigError, match="cfl.eps"):
         should_split(torch.ones(3, 2), eps1, eps2)
 
 
 def test_scaled_thresholds_by_hand():
-    assert scaled_thresholds(1.6) == pytest.approx((0.4, 1.6))     # reference = eps2: the defaults
-    assert scaled_thresholds(0.8) == pytest.approx((0.2, 0.8))     # eps2 = warm-up mean norm, eps1 = eps2/4
-    assert scaled_thresholds(0.8, lr_ratio=0.5) == pytest.approx((0.1, 0.4))
-    assert scaled_thresholds(2.0, eps1=0.1, eps2=1.0) == pytest.approx((0.125, 1.25))   # units of 2.0/1.6
-    assert scaled_thresholds(0.8, eps2=3.2) == pytest.approx((0.2, 1.6))   # eps2 = twice the warm-up norm
-    with pytest.raises(ConfigError, match="reference_norm"):
-        scaled_thresholds(0.0)
+    assert REFERENCE_ROUND1_NORM == 3.2
+    assert scaled_thresholds(3.2) == pytest.approx((0.4, 1.6))     # the reference's u_1: its absolute values
+    assert scaled_thresholds(1.6) == pytest.approx((0.2, 0.8))     # half its round-1 update: half the thresholds
+    assert scaled_thresholds(1.12) == pytest.approx((0.14, 0.56))  # u_1 / 8 and u_1 / 2
+    assert scaled_thresholds(6.4, eps1=0.1, eps2=1.0) == pytest.approx((0.2, 2.0))
+    for bad in (0.0, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="round1_norm"):
+            scaled_thresholds(bad)
+
+
+def test_cross_similarity_by_hand():
+    S = torch.tensor([[1.0, 0.9, -0.2, 0.1],
+                      [0.9, 1.0, 0.3, -0.5],
+                      [-0.2, 0.3, 1.0, 0.8],
+                      [0.1, -0.5, 0.8, 1.0]])
+    a, b = torch.tensor([0, 1]), torch.tensor([2, 3])
+    assert cross_similarity(S, a, b) == pytest.approx(0.3)          # pair (1, 2)
+    assert cross_similarity(S, torch.tensor([0]), torch.tensor([1, 2, 3])) == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="non-empty"):
+        cross_similarity(S, a, torch.tensor([], dtype=torch.int64))
+
+
+def test_separation_bound_by_hand():
+    assert separation_bound(-1.0) == pytest.approx(1.0)             # opposite updates: any gamma < 1 passes
+    assert separation_bound(0.0) == pytest.approx(np.sqrt(0.5))
+    assert separation_bound(0.5) == pytest.approx(0.5)
+    assert separation_bound(1.0) == pytest.approx(0.0)
+    # the bound is cos(2 arcsin gamma) = 1 - 2 gamma^2 solved for gamma
+    for g in (0.1, 0.3, 0.6):
+        assert separation_bound(np.cos(2 * np.arcsin(g))) == pytest.approx(g)
+    with pytest.raises(ValueError, match="cosine"):
+        separation_bound(1.5)
+
+
+def test_split_is_separated_by_hand():
+    assert split_is_separated(-0.1, 0.5)                # sqrt(0.55) = 0.74 > 0.5
+    assert split_is_separated(0.49, 0.5)                # sqrt(0.255) = 0.505 > 0.5
+    assert not split_is_separated(0.5, 0.5)             # bound 0.5 is not > 0.5
+    assert not split_is_separated(0.6, 0.5)
+    assert not split_is_separated(0.1, 0.7)             # sqrt(0.45) = 0.67 < 0.7
+    assert split_is_separated(0.99, 0.0)                # gamma_max = 0: the reference code's (no) test
+    assert not split_is_separated(1.0, 0.0)
+
+
+@pytest.mark.parametrize("gamma", [-0.1, 1.0, 2.0, float("nan")])
+def test_gamma_max_out_of_range(gamma):
+    with pytest.raises(ConfigError, match="cfl.gamma_max"):
+        check_gamma_max(gamma)
+    with pytest.raises(ConfigError, match="cfl.gamma_max"):
+        split_is_separated(0.0, gamma)
+
+
+def test_split_cluster_by_hand():
+    d = torch.tensor([1.0, 0.0, 0.0])
+    e = torch.tensor([0.0, 1.0, 0.0])
+    u = torch.stack([d, -d + 0.1 * e, d + 0.2 * e, -d])
+    side, alpha = split_cluster(u)
+    assert side.tolist() == [False, True, False, True]
+    S = pairwise_cosine(u)
+    assert alpha == pytest.approx(float(S[[0, 2]][:, [1, 3]].max()))
+    assert alpha < 0 and split_is_separated(alpha, 0.5)
 
 
 def _scipy_labels(S, k):
@@ -86,16 +141,6 @@ def test_bipartition_matches_scipy(seed):
     assert _same_partition(ours, _scipy_labels(S.numpy(), 2))
     assert 0 in a.tolist() and sorted(a.tolist() + b.tolist()) == list(range(m))
     assert a.dtype == torch.int64 and len(a) > 0 and len(b) > 0
-
-
-@pytest.mark.parametrize("k", [1, 3, 5])
-def test_complete_linkage_matches_scipy_for_more_clusters(k):
-    g = torch.Generator().manual_seed(11)
-    u = torch.randn(25, 8, generator=g, dtype=torch.float64)
-    S = pairwise_cosine(u)
-    ours = complete_linkage_labels(-S, k).numpy()
-    assert _same_partition(ours, _scipy_labels(S.numpy(), k))
-    assert ours[0] == 0 and sorted(set(ours)) == list(range(k))
 
 
 def test_bipartition_by_hand():

@@ -1,53 +1,77 @@
 """CFL server math: Sattler, Müller & Samek, "Clustered Federated Learning:
 Model-Agnostic Distributed Multitask Optimization Under Privacy
-Constraints", IEEE TNNLS 2021 (named in papers/003 and papers/004), as SPEC §5
-fixes it.
+Constraints", IEEE TNNLS 2021, arXiv 1910.01991 (named in papers/003 and
+papers/004), as SPEC §5 fixes it.
 
 One model per cluster, starting with one cluster.  After the warm-up, a
-cluster c splits in two when (CFL Algorithm 1 / Eq. for the stopping
-criterion, and the authors' reference code)
+cluster c is split in two when both halves of the paper's test hold.
 
-    ‖ mean_{i∈c} Δθ_i ‖ < ε1    (the cluster's federated objective is near a
-                                  stationary point)
-    max_{i∈c} ‖Δθ_i‖   > ε2    (but some client is not: incongruent risks)
-    |c| > 2                     (a split needs at least 3 clients),
+1. The norm test (the paper's Algorithm 1, and the authors' reference code,
+   notebook ``clustered_federated_learning.ipynb``: ``mean_norm < EPS_1 and
+   max_norm > EPS_2 and len(idc) > 2 and c_round > 20``, with
+   ``Server.compute_mean_update_norm`` / ``compute_max_update_norm`` of
+   ``fl_devices.py``) — :func:`should_split`::
 
-and the split is the complete-linkage bipartition of the clients' pairwise
-cosine similarities ``α_ij = <Δθ_i, Δθ_j> / (‖Δθ_i‖‖Δθ_j‖)`` (distance
-``−α``; complete linkage only compares distances, so ``1 − α`` gives the same
-tree).  Splits recurse over rounds, so the number of clusters is found.
+       ‖ mean_{i∈c} Δθ_i ‖ < ε1    (the cluster's federated objective is near a
+                                     stationary point)
+       max_{i∈c} ‖Δθ_i‖   > ε2    (but some client is not: incongruent risks)
+       |c| > 2.
+
+2. The bipartition test (the paper's Algorithm 1; the reference code has no
+   such test): the bipartition ``c1, c2`` (below) is accepted only if its
+   largest cross-cluster similarity ``α_max^cross = max_{i∈c1, j∈c2} α_ij``
+   satisfies ``γ_max < sqrt((1 − α_max^cross) / 2)``
+   (:func:`separation_bound`, :func:`split_is_separated`).  ``γ_max`` bounds
+   the clients' relative gradient approximation error
+   ``γ_i = ‖∇r_i(θ*) − ∇R_{I(i)}(θ*)‖ / ‖∇R_{I(i)}(θ*)‖``: two congruent
+   clients whose updates are each within ``arcsin γ_max`` of their common
+   true gradient have cosine similarity at least ``1 − 2γ_max²``, so a
+   bipartition with ``α_max^cross < 1 − 2γ_max²`` (the same inequality) puts
+   no congruent pair on opposite sides.  ``γ_max = 0`` leaves only the norm
+   test, as the reference code.
+
+The split is the complete-linkage bipartition of the clients' pairwise cosine
+similarities ``α_ij = <Δθ_i, Δθ_j> / (‖Δθ_i‖‖Δθ_j‖ + 1e-12)`` (the reference
+code's ``pairwise_angles``, clustered by ``AgglomerativeClustering(
+linkage="complete")`` on ``−α``; here scipy's ``linkage(…, "complete")`` on
+``1 − α``, which orders every merge the same way).  Splits recurse over rounds,
+so the number of clusters is found, not given.
 
 The mean update is unweighted, as in the reference code; pass ``weights``
 (data sizes) for the paper's ``|D_i|/|D_c|`` weighting.
 
-Scaling ε1 = 0.4, ε2 = 1.6 "to the model" (SPEC §5 leaves the rule open).
-Update norms grow with the parameter count and the learning rate, so the
-absolute defaults only suit the model they were tuned on.  Rule adopted
-here (:func:`scaled_thresholds`): read ε1 and ε2 in units in which the
-default ε2 = 1.6 is the model's own update scale, measured once — ``u_w``,
-the mean client update norm ``mean_i ‖Δθ_i‖`` over all clients in the last
-warm-up round (one cluster, so every client trains the same model) — and
-let both thresholds follow the learning-rate schedule, since update norms
-scale with it:
+Units of ε1 and ε2 (``cfl.scale_to_model``).  The reference code's
+ε1 = 0.4, ε2 = 1.6 are absolute update norms of its own set-up (its
+``ConvNet``, SGD lr 0.1 with momentum 0.9 decayed by 0.99 a round, one local
+epoch of batch 128 on ~800 images per client); update norms grow with the
+parameter count, the learning rate and the number of local steps, so those
+numbers mean nothing for another model.  Rule here
+(:func:`scaled_thresholds`): read ε1 and ε2 in units of the round-1 update
+norm — ``u_1 = mean_i ‖Δθ_i‖`` of round 1, where every client trains the
+same initial model, far from any stationary point — relative to the same
+quantity in the reference set-up, ``REFERENCE_ROUND1_NORM`` = 3.2::
 
-    s_t  = (u_w / 1.6) · (lr_t / lr_w),     ε1_t = ε1 · s_t,     ε2_t = ε2 · s_t.
+    ε1_eff = ε1 · u_1 / 3.2,      ε2_eff = ε2 · u_1 / 3.2.
 
-With the defaults: split when some client still moves at least as far as a
-typical client did at the end of warm-up (lr-corrected), while the
-cluster's mean update has shrunk below a quarter of that.  A larger
-``cfl.eps2`` asks for a client that moves further (ε2 = 3.2: twice the
-typical update) before a cluster splits.  Passing ``reference_norm = 1.6``
-and ``lr_ratio = 1`` gives back the absolute values.
+3.2 is the median of three measurements of the reference set-up's ``u_1``
+(2.3, 3.2, 4.4 over seeds: its clients differ in size, Dirichlet split)
+run on Fashion-MNIST standing in for EMNIST.  So the defaults read: split
+when the cluster's mean update has fallen below 1/8 of a round-1 update
+while some client still moves more than half as far as in round 1.  As in
+the reference code, the thresholds stay fixed while the learning rate
+decays (updates shrink with it, so late in training fewer clusters pass the
+``max > ε2`` half).  ``scale_to_model=false`` takes ε1, ε2 as absolute norms
+(0.4 and 1.6 are then the reference code's numbers).
 
 Round object :class:`Cfl` (``cfl``), below the math, as the authors'
 reference code runs a round: every cluster's clients train from the
 cluster model; the server computes each participant's update
 ``Δθ_i = θ_i^after − θ_{c(i)}`` (it knows what it sent); after the warm-up
-(rounds ``t > warmup``) each cluster meeting :func:`should_split` on its
-participants' updates is bipartitioned; then every (new) cluster model
-becomes the mean of its participants' trained models (a cluster nobody of
-which took part keeps its model).  ``u_w`` for :func:`scaled_thresholds` is
-measured in round ``max(warmup, 1)``; ``lr_t/lr_w = lr_decay^(t − max(warmup, 1))``.
+(rounds ``t > warmup``) each cluster that passes :func:`should_split` on its
+participants' updates is bipartitioned, and the bipartition is kept if
+:func:`split_is_separated`; then every (new) cluster model becomes the mean
+of its participants' trained models (a cluster nobody of which took part
+keeps its model).  ``u_1`` is measured in round 1.
 
 Participation < 1 (the reference code has full participation): a split
 partitions the cluster's participants; its absent members become
@@ -60,9 +84,13 @@ started from, so with p < 1 the round gathers the start models too
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import squareform
 
 from fedclust.algorithms.base import Context, RoundPlan, RoundView
 from fedclust.algorithms.fedavg import check_weights, own, participants, server_result
@@ -70,6 +98,10 @@ from fedclust.algorithms.ifca import cluster_average
 from fedclust.errors import ConfigError
 
 EPS = 1e-12  # as the CFL reference code: cos = <a,b> / (‖a‖‖b‖ + 1e-12)
+DEFAULT_EPS1 = 0.4
+DEFAULT_EPS2 = 1.6
+DEFAULT_GAMMA_MAX = 0.5
+REFERENCE_ROUND1_NORM = 3.2   # u_1 of the reference code's set-up (module docstring)
 
 
 def update_norms(updates: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,9 +122,18 @@ def update_norms(updates: torch.Tensor, weights: torch.Tensor | None = None) -> 
 
 def check_thresholds(eps1: float, eps2: float) -> None:
     """ε1, ε2 must be finite and > 0."""
-    for name, v in (("algorithm.eps1", eps1), ("algorithm.eps2", eps2)):
+    for name, v in (("cfl.eps1", eps1), ("cfl.eps2", eps2)):
         if not (float(v) > 0 and float(v) < float("inf")):
-            raise ConfigError(name, v, "CFL split threshold must be a finite number > 0 (defaults 0.4 and 1.6)")
+            raise ConfigError(name, v, f"CFL split threshold must be a finite number > 0 "
+                              f"(defaults {DEFAULT_EPS1} and {DEFAULT_EPS2})")
+
+
+def check_gamma_max(gamma_max: float) -> None:
+    """γ_max must lie in [0, 1) (the paper's Algorithm 1)."""
+    if not 0.0 <= float(gamma_max) < 1.0:
+        raise ConfigError("cfl.gamma_max", gamma_max, "must lie in [0, 1): the bound on the clients' relative "
+                          f"gradient error of CFL's Algorithm 1 (default {DEFAULT_GAMMA_MAX}; 0 keeps only "
+                          "the norm test, as the reference code)")
 
 
 def should_split(
@@ -102,7 +143,7 @@ def should_split(
     min_clients: int = 3,
     weights: torch.Tensor | None = None,
 ) -> bool:
-    """CFL split criterion for one cluster (SPEC §5): ``‖mean Δθ‖ < ε1`` and
+    """CFL's norm test for one cluster: ``‖mean Δθ‖ < ε1`` and
     ``max ‖Δθ_i‖ > ε2`` and ``m ≥ min_clients`` (default 3: "more than 2
     clients").  ``updates [m, P]`` are the cluster's client updates of this
     round; a cluster with fewer than ``min_clients`` clients never splits
@@ -116,26 +157,18 @@ def should_split(
     return bool(mean_norm < eps1) and bool(max_norm > eps2)
 
 
-DEFAULT_EPS2 = 1.6   # the unit of the scaled thresholds: the warm-up update norm
-
-
-def scaled_thresholds(
-    reference_norm: float, eps1: float = 0.4, eps2: float = DEFAULT_EPS2, lr_ratio: float = 1.0
-) -> tuple[float, float]:
+def scaled_thresholds(round1_norm: float, eps1: float = DEFAULT_EPS1,
+                      eps2: float = DEFAULT_EPS2) -> tuple[float, float]:
     """ε1, ε2 scaled to the model (module docstring):
-    ``s = reference_norm / 1.6 · lr_ratio``; returns ``(ε1·s, ε2·s)``.
+    ``(ε1·s, ε2·s)`` with ``s = round1_norm / REFERENCE_ROUND1_NORM``.
 
-    ``reference_norm``: mean client update norm of the last warm-up round;
-    ``lr_ratio``: ``lr_t / lr_w``, this round's learning rate over the one
-    of that warm-up round.
+    ``round1_norm``: ``u_1``, the mean client update norm of round 1.
     """
     check_thresholds(eps1, eps2)
-    if not (float(reference_norm) > 0 and float(reference_norm) < float("inf")):
-        raise ConfigError("reference_norm", reference_norm,
-                          "needs the (finite, > 0) mean client update norm of the last warm-up round")
-    if not float(lr_ratio) > 0:
-        raise ConfigError("lr_ratio", lr_ratio, "must be > 0 (learning rate now / at the end of warm-up)")
-    s = float(reference_norm) / DEFAULT_EPS2 * float(lr_ratio)
+    if not (float(round1_norm) > 0 and float(round1_norm) < float("inf")):
+        raise ConfigError("round1_norm", round1_norm,
+                          "needs the (finite, > 0) mean client update norm of round 1; check train.lr")
+    s = float(round1_norm) / REFERENCE_ROUND1_NORM
     return float(eps1) * s, float(eps2) * s
 
 
@@ -148,54 +181,49 @@ def pairwise_cosine(updates: torch.Tensor) -> torch.Tensor:
     return (updates @ updates.T) / (norms[:, None] * norms[None, :] + EPS)
 
 
-def complete_linkage_labels(distance: torch.Tensor, n_clusters: int) -> torch.Tensor:
-    """Agglomerative complete-linkage clustering of ``m`` items stopped at
-    ``n_clusters`` clusters → int64 ``[m]`` labels numbered by smallest member
-    (the item 0's cluster is 0).
-
-    ``distance [m, m]`` symmetric (it is symmetrised as ``(D + Dᵀ)/2``).  Each
-    of the ``m − n_clusters`` merges joins the two clusters with the smallest
-    complete-linkage distance ``max_{a∈A, b∈B} D_ab``; ties go to the pair
-    that comes first in row-major order.  Distances between clusters follow
-    the Lance-Williams rule ``d(A∪B, C) = max(d(A,C), d(B,C))``.  O(m³) work
-    in ``m`` vectorized steps — a split happens a few times per run.
-    """
-    m = distance.shape[0]
-    if distance.shape != (m, m):
-        raise ValueError(f"distance must be square [m, m], got {tuple(distance.shape)}")
-    if not 1 <= n_clusters <= max(m, 1):
-        raise ValueError(f"n_clusters must lie in [1, {m}], got {n_clusters}")
-    d = ((distance + distance.T) / 2).to(torch.float64).clone()
-    inf = torch.tensor(float("inf"), dtype=d.dtype, device=d.device)
-    upper = torch.ones(m, m, dtype=torch.bool, device=d.device).triu(1)
-    labels = torch.arange(m, device=d.device)
-    active = torch.ones(m, dtype=torch.bool, device=d.device)
-    for _ in range(m - n_clusters):
-        pair_ok = upper & active[:, None] & active[None, :]
-        flat = torch.where(pair_ok, d, inf).flatten().argmin()
-        a, b = int(flat // m), int(flat % m)            # a < b
-        merged = torch.maximum(d[a], d[b])
-        d[a], d[:, a] = merged, merged
-        active[b] = False
-        labels[labels == b] = a
-    _, canon = torch.unique(labels, return_inverse=True)  # representatives are the smallest members
-    return canon
-
-
 def bipartition(similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """CFL split: complete-linkage bipartition of ``similarity [m, m]``
-    (distance ``−similarity``) → ``(idx_a, idx_b)``, sorted int64 index
-    tensors into the cluster's clients; ``idx_a`` holds client 0.
+    """CFL split: complete-linkage bipartition of ``similarity [m, m]`` →
+    ``(idx_a, idx_b)``, sorted int64 index tensors into the cluster's
+    clients; ``idx_a`` holds client 0.
 
-    Equal to ``scipy.cluster.hierarchy.linkage(squareform(1 − S),
-    "complete")`` cut at 2 clusters when no distances tie.
+    scipy's ``linkage(squareform(1 − S), "complete")`` cut at 2 clusters
+    (``S`` symmetrised, distances clipped at 0, the diagonal 0).
     """
     m = similarity.shape[0]
     if similarity.dim() != 2 or similarity.shape != (m, m) or m < 2:
         raise ValueError(f"similarity must be square [m, m] with m >= 2, got {tuple(similarity.shape)}")
-    labels = complete_linkage_labels(-similarity, 2)
+    s = similarity.detach().to(torch.float64).cpu().numpy()
+    d = np.clip(1.0 - (s + s.T) / 2.0, 0.0, None)
+    np.fill_diagonal(d, 0.0)
+    labels = fcluster(linkage(squareform(d, checks=False), method="complete"), 2, criterion="maxclust")
+    second = torch.from_numpy(labels != labels[0]).to(similarity.device)
     idx = torch.arange(m, device=similarity.device)
-    return idx[labels == 0], idx[labels == 1]
+    return idx[~second], idx[second]
+
+
+def cross_similarity(similarity: torch.Tensor, idx_a: torch.Tensor, idx_b: torch.Tensor) -> float:
+    """``α_max^cross = max_{i∈a, j∈b} α_ij``, the largest similarity across
+    the bipartition (CFL Algorithm 1)."""
+    if idx_a.numel() == 0 or idx_b.numel() == 0:
+        raise ValueError("both halves of the bipartition must be non-empty")
+    return float(similarity[idx_a][:, idx_b].max())
+
+
+def separation_bound(alpha_cross: float) -> float:
+    """``sqrt((1 − α_max^cross) / 2)``: the largest relative gradient error
+    ``γ`` at which two congruent clients could still have cosine similarity
+    as low as ``α_max^cross`` (``cos(2·arcsin γ) = 1 − 2γ²``)."""
+    a = float(alpha_cross)
+    if not -1.0 - 1e-6 <= a <= 1.0 + 1e-6:
+        raise ValueError(f"alpha_cross is a cosine similarity in [-1, 1], got {a}")
+    return math.sqrt(max(0.0, 1.0 - a) / 2.0)
+
+
+def split_is_separated(alpha_cross: float, gamma_max: float) -> bool:
+    """CFL Algorithm 1's test of a bipartition:
+    ``γ_max < sqrt((1 − α_max^cross) / 2)``."""
+    check_gamma_max(gamma_max)
+    return float(gamma_max) < separation_bound(alpha_cross)
 
 
 # ----------------------------------------------------------------------------
@@ -207,42 +235,42 @@ class CflState:
     models: torch.Tensor          # [K, P] cluster models (K grows with splits), replicated
     labels: torch.Tensor          # [n] int64 cluster of every client
     pending: torch.Tensor         # [n] int64 sibling cluster a client still chooses against (-1: none)
-    reference_norm: float | None  # u_w, mean participant update norm of round max(warmup, 1)
+    reference_norm: float | None  # u_1, mean participant update norm of round 1
     splits: list                  # (round, parent, new cluster) of every split, for the record
+    checks: list = field(default_factory=list)  # (round, cluster, α_max^cross, accepted) of every norm-test pass
 
 
-def split_cluster(updates: torch.Tensor) -> torch.Tensor:
+def split_cluster(updates: torch.Tensor) -> tuple[torch.Tensor, float]:
     """Bool ``[m]``: the members of the bipartition's second half (the half
     without the cluster's first participant), :func:`bipartition` of the
-    pairwise cosines of ``updates [m, P]``."""
-    _, idx_b = bipartition(pairwise_cosine(updates))
+    pairwise cosines of ``updates [m, P]``; and the bipartition's
+    ``α_max^cross``."""
+    sim = pairwise_cosine(updates)
+    idx_a, idx_b = bipartition(sim)
     side = torch.zeros(updates.shape[0], dtype=torch.bool, device=updates.device)
     side[idx_b] = True
-    return side
+    return side, cross_similarity(sim, idx_a, idx_b)
 
 
 @dataclass
 class Cfl:
     """CFL round (module docstring)."""
 
-    eps1: float = 0.4
-    eps2: float = 1.6
+    eps1: float = DEFAULT_EPS1
+    eps2: float = DEFAULT_EPS2
+    gamma_max: float = DEFAULT_GAMMA_MAX
     warmup: int = 20
     scale_to_model: bool = True
-    lr_decay: float = 1.0
     participation: float = 1.0
     name: str = "cfl"
 
     def __post_init__(self):
         check_thresholds(self.eps1, self.eps2)
+        check_gamma_max(self.gamma_max)
 
     @property
     def gathers_before(self) -> bool:
         return self.participation < 1.0
-
-    @property
-    def reference_round(self) -> int:
-        return max(self.warmup, 1)
 
     def init(self, ctx: Context) -> CflState:
         n, device = ctx.n, ctx.device
@@ -261,13 +289,12 @@ class Cfl:
             labels[waiting] = torch.where(loss_b < loss_a, sibling[waiting], labels[waiting])
         return state, RoundPlan(start=state.models[labels])
 
-    def thresholds(self, reference_norm: float, round_: int) -> tuple[float, float]:
-        """This round's (ε1, ε2): the absolute values, or
-        :func:`scaled_thresholds` of ``u_w = reference_norm``."""
+    def thresholds(self, reference_norm: float) -> tuple[float, float]:
+        """This run's (ε1, ε2): the absolute values, or
+        :func:`scaled_thresholds` of ``u_1 = reference_norm``."""
         if not self.scale_to_model:
             return self.eps1, self.eps2
-        ratio = self.lr_decay ** (round_ - self.reference_round)
-        return scaled_thresholds(reference_norm, self.eps1, self.eps2, ratio)
+        return scaled_thresholds(reference_norm, self.eps1, self.eps2)
 
     def aggregate(self, state: CflState, ctx: Context, view: RoundView):
         t, after = view.round, view.all_after
@@ -284,29 +311,35 @@ class Cfl:
         pending = torch.full_like(pending, -1)
         updates = after - state.models[labels]               # Δθ_i against the model the client was sent
         reference = state.reference_norm
-        if reference is None and t >= self.reference_round:
+        if reference is None:                                # round 1: u_1
             reference = float(updates[active].norm(dim=1).mean())
-        models, splits = state.models, list(state.splits)
-        # scaled thresholds with u_w = 0 (nobody moved in warm-up): nothing to split
+        models, splits, checks = state.models, list(state.splits), list(state.checks)
+        # scaled thresholds with u_1 = 0 (nobody moved in round 1): nothing to split
         if t > self.warmup and (not self.scale_to_model or reference > 0):
-            eps1, eps2 = self.thresholds(reference, t)
+            eps1, eps2 = self.thresholds(reference)
             for c in range(models.shape[0]):                 # clusters, not clients
                 members = (labels == c) & active
                 if not should_split(updates[members], eps1, eps2):
                     continue
-                new = models.shape[0]
                 idx = members.nonzero().flatten()
-                labels[idx[split_cluster(updates[idx])]] = new
+                side, alpha_cross = split_cluster(updates[idx])
+                accepted = split_is_separated(alpha_cross, self.gamma_max)
+                checks.append((t, c, alpha_cross, accepted))
+                if not accepted:
+                    continue
+                new = models.shape[0]
+                labels[idx[side]] = new
                 absent = (labels == c) & ~active
                 pending = torch.where(absent, torch.full_like(pending, new), pending)
                 models = torch.cat([models, models[c:c + 1]])
                 splits.append((t, c, new))
         models = cluster_average(after[active], labels[active], models.shape[0], models)
-        state = CflState(models=models, labels=labels, pending=pending, reference_norm=reference, splits=splits)
+        state = CflState(models=models, labels=labels, pending=pending, reference_norm=reference, splits=splits,
+                         checks=checks)
         return state, server_result(ctx, models[own(ctx, labels)], labels, received, int(active.sum()))
 
 
 def make_cfl(cfg) -> Cfl:
     c = cfg.cfl
-    return Cfl(eps1=c.eps1, eps2=c.eps2, warmup=c.warmup, scale_to_model=c.scale_to_model,
-               lr_decay=cfg.train.lr_decay, participation=cfg.participation)
+    return Cfl(eps1=c.eps1, eps2=c.eps2, gamma_max=c.gamma_max, warmup=c.warmup, scale_to_model=c.scale_to_model,
+               participation=cfg.participation)
