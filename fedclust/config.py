@@ -44,6 +44,7 @@ class DataConfig:
     synthetic_alpha: float = 1.0    # Synthetic(alpha, beta) of FedProx
     synthetic_beta: float = 1.0
     synthetic_dim: int = 60
+    synthetic_inputs: str = "client"  # client: x around each client's own mean v_i (FedProx) | shared: all around v_0
 
 
 @dataclass

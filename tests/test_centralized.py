@@ -66,7 +66,10 @@ def same_partition(a, b):
     ["algorithm.name=ifca", "ifca.restarts=2", "ifca.restart_rounds=3"],
     ["algorithm.name=cfl", "cfl.warmup=4", "cfl.eps1=1.5"],
     ["algorithm.name=fedgroup"],
-    ["algorithm.name=fpfc", "rounds=15"],
+    # FPFC with its defaults on what papers/004 trains: logistic regression, FedProx-style SGD, and inputs
+    # that do not tell the clients apart (data.synthetic_inputs=shared)
+    ["algorithm.name=fpfc", "rounds=20", "model=logreg", "data.synthetic_inputs=shared", "data.synthetic_dim=60",
+     "train.lr=0.01", "train.momentum=0", "train.batch_size=10", "train.local_epochs=5"],
 ], ids=["ifca", "cfl", "fedgroup", "fpfc"])
 def test_clustering_methods_recover_the_true_clusters(tmp_path, extra):
     cfg, s = run_cfg(tmp_path, *extra)
@@ -402,22 +405,22 @@ def test_fpfc_object_against_the_literal_algorithm():
     n, P = 5, 4
     g = torch.Generator().manual_seed(6)
     ctx = fake_ctx(n, P, client_ids=torch.tensor([1, 2, 3]))
-    algo = fpfc.Fpfc(lam=0.5, a=3.7, xi=0.05, rho=1.0, nu=0.125, scale_to_model=True)
+    algo = fpfc.Fpfc(lam=0.5, a=3.7, xi=0.25, rho=5.0, nu=0.25, scale_to_model=True)   # rho > 2 lam/xi = 4
     state = algo.init(ctx)
     centres = torch.tensor([[1.0, 0, 0, 0], [-1.0, 0, 0, 0]])
     after = centres[torch.tensor([0, 0, 1, 1, 1])] + 0.05 * torch.randn(n, P, generator=g)
     state, plan = algo.plan(state, ctx, 1, torch.zeros(3, P))
     assert torch.equal(plan.start, torch.zeros(3, P)) and torch.equal(plan.anchor, torch.zeros(3, P))
-    assert plan.mu == 1.0
+    assert plan.mu == 5.0
     new, res = algo.aggregate(state, ctx, RoundView(round=1, before=plan.start, after=after[1:4], all_after=after))
     u1 = float(after.norm(dim=1).mean())     # w0 = 0
     assert new.scale == pytest.approx(u1)
-    th, v, z = plain_fpfc_server(after, torch.zeros(n, n, P), torch.zeros(n, n, P), 0.5 * u1, 3.7, 0.05 * u1, 1.0)
+    th, v, z = plain_fpfc_server(after, torch.zeros(n, n, P), torch.zeros(n, n, P), 0.5 * u1, 3.7, 0.25 * u1, 5.0)
     i, j = fpfc.pair_index(n)
     assert torch.allclose(new.theta, th[i, j], atol=1e-6) and torch.allclose(new.v, v[i, j], atol=1e-6)
     assert torch.allclose(new.zeta, z[1:4], atol=1e-6)
     # clusters: connected components of ||theta_ij|| <= nu * u1, plain BFS
-    adj = th.norm(dim=2) <= 0.125 * u1
+    adj = th.norm(dim=2) <= 0.25 * u1
     labels, seen = [-1] * n, 0
     for s in range(n):
         if labels[s] < 0:
@@ -435,7 +438,7 @@ def test_fpfc_object_against_the_literal_algorithm():
         assert torch.allclose(res.models[r], after[members].mean(0))
     # next round: clients train from their own omega towards their zeta
     _, plan = algo.plan(new, ctx, 2, res.models)
-    assert torch.equal(plan.start, after[1:4]) and torch.equal(plan.anchor, new.zeta) and plan.mu == 1.0
+    assert torch.equal(plan.start, after[1:4]) and torch.equal(plan.anchor, new.zeta) and plan.mu == 5.0
 
 
 # ----------------------------------------------------------------------------
@@ -460,8 +463,9 @@ def test_fpfc_object_against_the_literal_algorithm():
     (["algorithm.name=fedgrouprox", "fedprox.mu=.nan"], "fedprox.mu"),
     (["algorithm.name=fpfc", "fpfc.lam=0"], "fpfc.lam"),
     (["algorithm.name=fpfc", "fpfc.a=1"], "fpfc.a"),
-    (["algorithm.name=fpfc", "fpfc.xi=0.5"], "fpfc.xi"),
+    (["algorithm.name=fpfc", "fpfc.xi=2.5"], "fpfc.xi"),           # xi < lam = 2
     (["algorithm.name=fpfc", "fpfc.rho=0.3"], "fpfc.rho"),
+    (["algorithm.name=fpfc", "fpfc.lam=1", "fpfc.xi=0.1", "fpfc.rho=19.9"], "fpfc.rho"),   # Theorem 1: rho > 20
     (["algorithm.name=fpfc", "fpfc.nu=-1"], "fpfc.nu"),
     (["algorithm.name=fedavg", "participation=0"], "participation"),
     (["algorithm.name=fedavg", "participation=1.5"], "participation"),

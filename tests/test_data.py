@@ -489,3 +489,20 @@ def test_synthetic_distributions():
     # alpha scales the spread of the cluster means u_k (W_k ~ N(u_k, 1))
     W, _ = synthetic.cluster_params(0, torch.arange(400), 5, 3.0)
     assert float(W.mean((1, 2)).std()) == pytest.approx(3.0, rel=0.15)
+
+
+def test_synthetic_shared_inputs_share_one_mean_and_keep_the_labelling():
+    """data.synthetic_inputs=shared: every client's inputs around client 0's
+    mean v_0 (the per-client noise unchanged); labels still argmax(x W_k + b_k)."""
+    own = load_federated(syn_cfg(), 6, seed=4)
+    shared = load_federated(syn_cfg(synthetic_inputs="shared"), 6, seed=4)
+    v = synthetic.client_means(4, torch.arange(6), 12, 1.0)
+    noise = own.train_x - v[:, None, :].float()
+    assert torch.allclose(shared.train_x, v[0].float() + noise, atol=1e-5)
+    assert torch.equal(shared.train_x[0], own.train_x[0])      # client 0 keeps its own mean
+    W, b = synthetic.cluster_params(4, shared.clusters, 12, 1.0)
+    for c in range(6):
+        want = torch.argmax(shared.train_x[c].double() @ W[c] + b[c], dim=-1)
+        assert torch.equal(shared.train_y[c], want)
+    with pytest.raises(ConfigError, match="data.synthetic_inputs"):
+        check_data(syn_cfg(synthetic_inputs="common"), 6)

@@ -212,3 +212,33 @@ def test_algorithm1_recovers_two_clusters_on_quadratics():
     assert labels.tolist() == truth.tolist()
     models = fpfc.cluster_models(omega, labels)
     assert torch.allclose(models, torch.stack([c[truth == k].mean(0) for k in range(2)]), atol=0.05)
+
+
+def test_theorem1_rho_bound_by_hand():
+    # max(2 lam/xi, 2/(a-1))
+    assert fpfc.theorem1_rho_bound(1.0, 3.7, 0.2) == pytest.approx(10.0)
+    assert fpfc.theorem1_rho_bound(0.1, 1.5, 0.09) == pytest.approx(4.0)          # 2/(a-1) = 4 > 2.22
+    assert fpfc.theorem1_rho_bound(2.0, 3.7, 0.4) == pytest.approx(10.0)          # scale-free in (lam, xi)
+    assert fpfc.theorem1_rho_bound(LAM, A, XI) < RHO                              # this file's values comply
+
+
+def test_check_theorem1_names_field_value_and_fix():
+    fpfc.check_theorem1(1.0, 3.7, 0.2, 10.01)
+    with pytest.raises(ConfigError) as err:
+        fpfc.check_theorem1(1.0, 3.7, 0.2, 10.0)                                  # strict: rho > 10
+    text = str(err.value)
+    assert "fpfc.rho" in text and "10" in text and "Theorem 1" in text and "raise fpfc.rho" in text
+    with pytest.raises(ConfigError, match="xi"):
+        fpfc.check_theorem1(1.0, 3.7, 1.0, 50.0)                                  # xi < lam
+    with pytest.raises(ConfigError, match="fpfc.rho"):
+        fpfc.Fpfc(lam=0.5, a=3.7, xi=0.05, rho=1.0)                               # the old default broke it
+
+
+def test_default_config_satisfies_theorem1():
+    from fedclust.config import load_config
+    from fedclust.config_methods import FpfcConfig
+
+    f = FpfcConfig()
+    assert f.rho > fpfc.theorem1_rho_bound(f.lam, f.a, f.xi)
+    assert f.xi <= f.nu                                                           # papers/004: nu in [xi, 0.5]
+    load_config(None, ["algorithm.name=fpfc", "data.name=synthetic", "clients=8"])

@@ -32,7 +32,9 @@ Closed-form θ-step.  g̃ depends on ‖θ‖ only, so ``θ = s·δ/‖δ‖`` w
     λ + λ/ρ < r ≤ aλ:       s = (ρ(a−1) r − aλ) / (ρ(a−1) − 1)
     r > aλ:                 s = r
 (continuous at every knot).  The theorem's ρ > max(2λ/ξ, 2/(a−1), …) implies
-ρ(a−1) > 1; only that weaker condition is enforced here.
+ρ(a−1) > 1; the math functions need only that weaker condition, the round
+object and the config enforce the theorem's hyperparameter part
+ρ > max(2λ/ξ, 2/(a−1)) with 0 < ξ < λ (:func:`check_theorem1`).
 
 Ambiguity resolved: Algorithm 1 updates pairs with both ends in A_k and
 keeps pairs with both ends outside; a mixed pair is not covered.  Here
@@ -99,6 +101,28 @@ def check_penalty(lam: float, a: float, xi: float | None = None, rho: float | No
         raise ConfigError("algorithm.rho", rho,
                           f"ADMM rho must satisfy rho*(a-1) > 1, i.e. rho > {1 / (float(a) - 1):.6g} "
                           f"(papers/004 Theorem 1 asks rho > max(2*lambda/xi, 2/(a-1), ...))")
+
+
+def theorem1_rho_bound(lam: float, a: float, xi: float) -> float:
+    """The part of papers/004 Theorem 1's lower bound on ρ that the
+    hyperparameters fix: ``max(2λ/ξ, 2/(a − 1))``.  (Its other terms,
+    ``L_f/(1 − 2c^{T/2})`` and ``L_−``, need the loss's smoothness constants;
+    see README.)  Scale-free: λ and ξ scaled alike leave it unchanged."""
+    return max(2.0 * float(lam) / float(xi), 2.0 / (float(a) - 1.0))
+
+
+def check_theorem1(lam: float, a: float, xi: float, rho: float, prefix: str = "fpfc") -> None:
+    """Refuse hyperparameters outside papers/004 Theorem 1: λ > 0, a > 1,
+    0 < ξ < λ and ``ρ > max(2λ/ξ, 2/(a − 1))`` (ConfigError naming the
+    field, the value and the fix)."""
+    check_penalty(lam, a, xi)
+    bound = theorem1_rho_bound(lam, a, xi)
+    if not (float(rho) > bound and float(rho) < float("inf")):
+        raise ConfigError(
+            f"{prefix}.rho", rho,
+            f"papers/004 Theorem 1 needs rho > max(2*lam/xi, 2/(a-1)) = max({2 * lam / xi:.4g}, "
+            f"{2 / (a - 1):.4g}) = {bound:.4g} for lam = {lam}, xi = {xi}, a = {a}; raise {prefix}.rho above "
+            f"{bound:.4g}, or raise {prefix}.xi (at most lam) to lower the bound")
 
 
 def scad(t: torch.Tensor, lam: float, a: float) -> torch.Tensor:
@@ -300,11 +324,11 @@ class FpfcState:
 class Fpfc:
     """FPFC round (papers/004 Algorithm 1; module docstring)."""
 
-    lam: float = 0.5
+    lam: float = 2.0             # defaults: fedclust.config_methods.FpfcConfig (papers/004 Theorem 1)
     a: float = 3.7
-    xi: float = 0.05
-    rho: float = 1.0
-    nu: float = 0.125
+    xi: float = 0.5
+    rho: float = 10.0
+    nu: float = 0.5
     scale_to_model: bool = True
     participation: float = 1.0
     name: str = "fpfc"
@@ -312,6 +336,7 @@ class Fpfc:
 
     def __post_init__(self):
         check_penalty(self.lam, self.a, self.xi, self.rho)
+        check_theorem1(self.lam, self.a, self.xi, self.rho)
 
     def init(self, ctx: Context) -> FpfcState:
         n, w0 = ctx.n, ctx.w0.detach()

@@ -38,6 +38,7 @@ __all__ = ["FederatedData", "check_data", "load_federated", "cluster_of_clients"
 
 DATASETS = IMAGE_DATASETS + ("synthetic",)
 CLUSTER_KINDS = ("rotation", "label_swap")
+SYNTHETIC_INPUTS = ("client", "shared")
 
 
 @dataclass
@@ -95,6 +96,10 @@ def check_data(cfg: DataConfig, num_clients: int) -> None:
             v = getattr(cfg, field)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"data.{field}", v, "use a finite number >= 0 (a standard deviation)")
+        if cfg.synthetic_inputs not in SYNTHETIC_INPUTS:
+            raise ConfigError("data.synthetic_inputs", cfg.synthetic_inputs,
+                              f"use one of {', '.join(SYNTHETIC_INPUTS)} (client: each client's inputs around its "
+                              "own mean, as FedProx; shared: every client's around one mean)")
     else:
         allowed = sorted(ROTATION_QUARTERS if cfg.clusters == "rotation" else LABEL_SWAPS)
         if cfg.num_clusters not in allowed:
@@ -141,7 +146,7 @@ def load_federated(
     if cfg.name == "synthetic":
         x, y = synthetic_clients(
             seed, ids, held, cfg.train_size + cfg.test_size, cfg.synthetic_dim,
-            cfg.synthetic_alpha, cfg.synthetic_beta,
+            cfg.synthetic_alpha, cfg.synthetic_beta, shared_inputs=cfg.synthetic_inputs == "shared",
         )
         x, y = x.to(device), y.to(device)
         t = cfg.train_size

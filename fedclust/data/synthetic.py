@@ -10,6 +10,21 @@ cluster's clients, SPEC §2), while every client i draws its own v_i.  The
 ``data.clusters`` transform (rotation / label_swap) does not apply here: the
 clusters differ by their (W, b) alone.
 
+Inputs: FedProx's generator gives every client its own input mean v_i; with
+v_i ~ N(B_i, 1) in each of 60 coordinates and Sigma's small variances, a
+client's inputs sit in a region of their own and its labels are mostly one
+class (median share of the majority class 95% on Synthetic(1, 1), 100
+samples), so a model can read the client, and its labels, off where the
+inputs lie.  ``data.synthetic_inputs=shared`` draws every client's inputs
+around one mean v_0 instead (not in FedProx): then only (W, b) tells the
+clusters apart.
+
+Sample sizes: FedProx draws per-device counts from lognormal(4, 2) + 50 and
+keeps 90% for training.  Not offered: the engine stacks clients in a fixed
+[C, train_size] layout and trains them in lockstep, so unequal sizes would
+need per-client masks through training (a client's steps per epoch differ),
+evaluation and the loss matrices; every client has ``train_size`` samples.
+
 Labels are not balanced: they are whatever argmax gives, as in FedProx.
 Features are used as drawn (no [0, 1] scaling or normalization).
 
@@ -70,13 +85,17 @@ def synthetic_clients(
     dim: int,
     alpha: float,
     beta: float,
+    shared_inputs: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Samples of the given clients: x [C, num_samples, dim] float32 and
-    y [C, num_samples] int64; ``clusters[C]`` is each client's cluster."""
+    y [C, num_samples] int64; ``clusters[C]`` is each client's cluster.
+    ``shared_inputs``: every client's inputs are drawn around client 0's
+    mean v_0 (not FedProx's: there each client has its own v_i), so that a
+    client's inputs do not tell which client, or cluster, it is."""
     client_ids = torch.as_tensor(client_ids, dtype=torch.int64).cpu()
     clusters = torch.as_tensor(clusters, dtype=torch.int64).cpu()
     W, b = cluster_params(seed, clusters, dim, alpha)                            # per held client
-    v = client_means(seed, client_ids, dim, beta)                                # [C, dim]
+    v = client_means(seed, torch.zeros_like(client_ids) if shared_inputs else client_ids, dim, beta)   # [C, dim]
     z = normals(seed, STREAM_X, client_ids, num_samples * dim).view(-1, num_samples, dim)
     x = v[:, None, :] + z * feature_variances(dim).sqrt()
     y = torch.argmax(torch.bmm(x, W) + b[:, None, :], dim=-1)
