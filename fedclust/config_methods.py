@@ -41,9 +41,10 @@ class PanmConfig:
     # "inverse" y = 1/F_i(w_j), papers/001's literal similarity.  CNI ranks by 1/F under either (same order).
     # panm_grad ignores it: its similarity is a cosine, not a loss.
     em_input: str = "neg_loss"
-    # The variances of HNM's two Gaussians: "separate" (papers/001 Eq. 15: one sigma per component) or
-    # "tied" (one pooled within-component sigma for both); see docs/algorithms.md, PANM.
-    em_variance: str = "separate"
+    # The variances of HNM's two Gaussians: "tied" (default: one pooled within-component sigma for both,
+    # so clusters found stay found) or "separate" (papers/001 Eq. 15: one sigma per component); see
+    # docs/algorithms.md, PANM, departure 4.
+    em_variance: str = "tied"
 
 
 PANM_EM_INPUTS = ("neg_loss", "inverse")
