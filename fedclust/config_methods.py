@@ -45,6 +45,11 @@ class PanmConfig:
     # so clusters found stay found) or "separate" (papers/001 Eq. 15: one sigma per component); see
     # docs/algorithms.md, PANM, departure 4.
     em_variance: str = "tied"
+    # panm_grad: the weight of the update cosine cos(Delta_i, Delta_j) in the similarity HNM's EM runs on in
+    # stage two (CNI uses algorithm.alpha).  0 (default): the weight cosine alone, since in stage two the update
+    # cosine carries no cluster signal and only noise (docs/algorithms.md, PANM, departure 5); papers/001 uses
+    # its alpha = 0.5 in both stages.
+    hnm_alpha: float = 0.0
 
 
 PANM_EM_INPUTS = ("neg_loss", "inverse")

@@ -391,3 +391,28 @@ def test_panm_finds_the_clusters_in_a_clear_world():
         assert precision.mean() > 0.95, (make.__name__, precision.mean())
         assert recall.mean() > 0.7, (make.__name__, recall.mean())
         assert not state.hnm_failed.any()
+
+
+def test_hnm_alpha_weights_the_update_cosine_of_stage_two_only():
+    from fedclust.algorithms.similarity import grad_similarity
+
+    n, P, T1 = 20, 12, 2
+    clusters = torch.arange(n) // 10
+    ctx = make_ctx(range(n), n, clusters, P, T1)
+    eye = torch.eye(n, dtype=torch.bool)
+    for hnm_alpha in (0.0, 0.5, 1.0):
+        cfg = config(T1=T1, alpha=0.3)
+        cfg.panm.hnm_alpha = hnm_alpha
+        steps = run(make_panm_grad(cfg), ctx, 4, n, P, clusters)
+        for t, (state, _, _) in enumerate(steps, start=1):
+            w0, before, after, _ = world(n, P, t, clusters)
+            want = grad_similarity(after, before, w0, 0.3 if t <= T1 else hnm_alpha)
+            assert torch.allclose(state.last_similarity[~eye], want[~eye].float(), atol=1e-6), (hnm_alpha, t)
+    cfg = config()
+    cfg.panm.hnm_alpha = 1.5
+    try:
+        make_panm_grad(cfg)
+    except ConfigError as exc:
+        assert exc.field == "panm.hnm_alpha"
+    else:
+        raise AssertionError("panm.hnm_alpha = 1.5 accepted")

@@ -88,6 +88,7 @@ class PANM:
     gathers_before: bool = False
     em_input: str = "neg_loss"   # panm_loss: "neg_loss" (EM on -F) | "inverse" (EM on 1/F); grad: unused
     em_variance: str = "tied"    # HNM's Gaussians: "tied" (one pooled sigma) | "separate" sigma per component
+    hnm_alpha: float = 0.0       # panm_grad: weight of the update cosine in the similarity HNM's EM runs on
 
     def init(self, ctx: Context) -> PanmState:
         C, n = len(ctx.client_ids), ctx.n
@@ -124,7 +125,7 @@ class PANM:
             self_mask = ctx.self_mask
             cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids, state.neighbors, self_mask, self.l)
             pool = cand | sample
-            sim = similarity_for(self.metric, self.alpha, ctx, view, pool)
+            sim = similarity_for(self.metric, self.hnm_alpha, ctx, view, pool)
             y = loss_em_input(sim, self.em_input) if self.metric == "loss" else sim
             neighbors, failed = hnm_update(state.neighbors, cand, sample, y, variance=self.em_variance)
             new = dataclasses.replace(
@@ -152,11 +153,15 @@ def _make(cfg, metric: str) -> PANM:
         raise ConfigError("algorithm.tau", a.tau, "HNM runs every tau >= 1 rounds")
     if metric == "grad" and not 0.0 <= a.alpha <= 1.0:
         raise ConfigError("algorithm.alpha", a.alpha, "must lie in [0, 1]")
+    if metric == "grad" and not 0.0 <= cfg.panm.hnm_alpha <= 1.0:
+        raise ConfigError("panm.hnm_alpha", cfg.panm.hnm_alpha, "must lie in [0, 1]: the weight of the update "
+                          "cosine in the similarity HNM's EM runs on (0, the default: the weight cosine alone; "
+                          "0.5: papers/001's alpha in both stages)")
     check_panm_em_input(cfg.panm.em_input)
     check_panm_em_variance(cfg.panm.em_variance)
     return PANM(metric=metric, k=a.k, l=a.l, tau=a.tau, alpha=a.alpha, stage1_rounds=cfg.stage1_rounds,
                 name=name, gathers_before=metric == "grad", em_input=cfg.panm.em_input,
-                em_variance=cfg.panm.em_variance)
+                em_variance=cfg.panm.em_variance, hnm_alpha=cfg.panm.hnm_alpha)
 
 
 def make_panm_loss(cfg) -> PANM:
