@@ -16,7 +16,7 @@ DEVICE=${DEVICE:-cuda}
 SEEDS=${SEEDS:-"0 1 2"}
 LANES=${LANES:-8}
 DEADLINE=${DEADLINE:-450}            # seconds after the start when the sweep stops (unfinished runs are dropped)
-SMOKE=${SMOKE:-"clients=12 rounds=3 stage1_rounds=2 algorithm.l=4 algorithm.k=2 cfl.warmup=1"}
+SMOKE=${SMOKE:-"clients=12 rounds=3 stage1_rounds=2 algorithm.l=4 algorithm.k=2 cfl.warmup=1 ifca.restarts=2 ifca.restart_rounds=1"}
 BENCH_ARGS=${BENCH_ARGS:-""}         # e.g. --quick
 ROUNDS_ARGS=${ROUNDS_ARGS:-"--cycles 2"}
 SWEEP_EXTRA=${SWEEP_EXTRA:-""}       # more overrides for the sweep's runs (a dry run on a CPU: rounds=3 ...)
