@@ -42,6 +42,7 @@ from fedclust.errors import ConfigError
 # cores: small chunks keep each step's tensors cache-sized and below glibc's
 # mmap threshold (re-used, not page-faulted anew every step); larger ones
 # were slower.  On a GPU chunks are sized from memory instead.
+# logreg (610 parameters): chunks of 25-100 clients ran alike (about 0.5 s for 100 clients x 200 steps).
 CPU_CLIENT_CHUNK = {"logreg": 100, "mlp": 8, "cnn": 2}
 # Bytes of activations (plus weights, gradients, momentum) one chunk may use.
 CPU_EVAL_BYTES = 64 * 2**20
