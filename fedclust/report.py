@@ -1,6 +1,8 @@
 """``fedclust report RUN_DIR ...``: a results table (mean ± std over seeds
-per algorithm) beside papers/001 Table 2's Fashion-MNIST column, and one
-figure with every run's accuracy curve."""
+per label and data setting) beside the paper's numbers for that setting
+(papers/001 Table 2's Fashion-MNIST column for Fashion-MNIST with 2
+rotations, papers/004 Table 1 for clustered Synthetic with 4 clusters), and
+one figure with every run's accuracy curve."""
 
 from __future__ import annotations
 
@@ -14,6 +16,13 @@ PAPER_FMNIST = {
     "local": (76.24, 0.22), "fixtopology": (85.86, 0.17), "random": (85.94, 0.27), "oracle": (87.01, 0.26),
     "pens": (86.82, 0.11), "panm_loss": (87.33, 0.17), "panm_grad": (86.88, 0.34),
 }
+# papers/004 Table 1 (clustered Synthetic, m = 100, L = 4): accuracy mean and std over its runs.
+PAPER_SYNTHETIC = {
+    "local": (84.97, 0.06), "fedavg": (30.35, 0.05), "ifca": (60.42, 0.17), "cfl": (86.60, 0.05),
+    "fpfc": (89.46, 0.04),
+}
+# (data set, cluster kind or None for any, number of clusters) -> paper numbers
+PAPERS = {("fmnist", "rotation", 2): PAPER_FMNIST, ("synthetic", None, 4): PAPER_SYNTHETIC}
 ORDER = ["local", "fixtopology", "random", "oracle", "pens", "panm_loss", "panm_grad",
          "fedavg", "fedprox", "ifca", "cfl", "fedgroup", "fedgrouprox", "fpfc"]
 
@@ -25,8 +34,31 @@ def load_runs(dirs) -> list[dict]:
         if p.is_file():
             s = json.loads(p.read_text())
             s["_dir"] = str(d)
+            if "true_clusters" not in s and (Path(d) / "config.yaml").is_file():   # runs from before the field
+                import yaml
+
+                data = (yaml.safe_load((Path(d) / "config.yaml").read_text()) or {}).get("data", {})
+                s.update(data=data.get("name", s.get("data")), data_clusters=data.get("clusters"),
+                         true_clusters=data.get("num_clusters"))
             runs.append(s)
     return runs
+
+
+def setting(run: dict) -> tuple[str, str, int]:
+    """(data set, cluster kind, number of true clusters) of a run; a summary
+    without them counts as papers/001's Fashion-MNIST with 2 rotations."""
+    return (run.get("data") or "fmnist", run.get("data_clusters") or "rotation", int(run.get("true_clusters") or 2))
+
+
+def paper_numbers(run: dict) -> dict:
+    """The paper's numbers for the run's setting ({} where no paper reports it)."""
+    data, kind, k = setting(run)
+    return PAPERS.get((data, kind, k)) or PAPERS.get((data, None, k)) or {}
+
+
+def _setting_text(key: tuple[str, str, int]) -> str:
+    data, kind, k = key
+    return f"{data} {k} clusters" if data == "synthetic" else f"{data} {kind} x{k}"
 
 
 def _mean_std(xs):
@@ -47,15 +79,17 @@ def _order(label: str) -> tuple[int, str]:
 
 
 def table(runs: list[dict]) -> str:
-    by_alg: dict[str, list[dict]] = {}
+    by_alg: dict[tuple, list[dict]] = {}
     for r in runs:
-        by_alg.setdefault(r.get("label") or r["algorithm"], []).append(r)
+        by_alg.setdefault((setting(r), r.get("label") or r["algorithm"]), []).append(r)
+    several = len({key for key, _ in by_alg}) > 1
     head = ("| method | seeds | final acc. (ours) | paper | diff | best acc. | precision | recall | clusters | ARI "
             "| models received per client | most received in a round | s/round |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = [head]
-    for alg in sorted(by_alg, key=_order):
-        rs = by_alg[alg]
+    for key in sorted(by_alg, key=lambda k: (k[0], _order(k[1]))):
+        rs = by_alg[key]
+        alg = f"{key[1]} ({_setting_text(key[0])})" if several else key[1]
         fm, fs = _mean_std([r["final_accuracy"] for r in rs])
         bm, bs = _mean_std([r["best_accuracy"] for r in rs])
         pm, ps = _mean_std([r.get("neighbor_precision") for r in rs])
@@ -65,7 +99,7 @@ def table(runs: list[dict]) -> str:
         tm, _ = _mean_std([r.get("mean_round_seconds") for r in rs])
         rm, _ = _mean_std([r.get("models_received_per_client") for r in rs])
         xm, _ = _mean_std([r.get("max_models_received_per_round") for r in rs])
-        paper = PAPER_FMNIST.get(rs[0]["algorithm"])
+        paper = paper_numbers(rs[0]).get(rs[0]["algorithm"])
         rows.append("| " + " | ".join([
             alg, str(len(rs)), _fmt(fm, fs), _fmt(*paper) if paper else "",
             f"{fm - paper[0]:+.2f}" if paper and fm is not None else "", _fmt(bm, bs), _fmt(pm, ps, 3),

@@ -238,6 +238,8 @@ def _summary(cfg, history, lists, assignment, clusters, wall) -> dict:
         "algorithm": cfg.algorithm.name,
         "label": cfg.label or cfg.algorithm.name,
         "data": cfg.data.name,
+        "data_clusters": cfg.data.clusters,
+        "true_clusters": cfg.data.num_clusters,
         "clients": cfg.clients,
         "seed": cfg.seed,
         "final_accuracy": final["accuracy"],

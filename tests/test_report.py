@@ -51,3 +51,24 @@ def test_mean_curves_average_seeds_by_hand(tmp_path):
     assert got == {"oracle": ([1, 2], [51.0, 62.0], 2)}
     report.curves(runs, tmp_path / "c.png")
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_paper_column_follows_the_setting_and_settings_are_not_mixed():
+    runs = [summary("fpfc", 0, 88.0, data="synthetic", data_clusters="rotation", true_clusters=4),
+            summary("panm_grad", 0, 84.0, data="fmnist", data_clusters="rotation", true_clusters=4),
+            summary("panm_grad", 0, 85.0, data="fmnist", data_clusters="rotation", true_clusters=2),
+            summary("panm_grad", 1, 86.0)]                     # no setting: papers/001's, 2 rotations
+    rows = [r.split(" | ") for r in report.table(runs).splitlines()[2:]]
+    assert [r[0] for r in rows] == ["| panm_grad (fmnist rotation x2)", "| panm_grad (fmnist rotation x4)",
+                                    "| fpfc (synthetic 4 clusters)"]
+    assert rows[0][1:5] == ["2", "85.50 ±0.71", "86.88 ±0.34", "-1.38"]
+    assert rows[1][3:5] == ["", ""]                           # no paper number for 4 rotations
+    assert rows[2][3:5] == ["89.46 ±0.04", "-1.46"]           # papers/004 Table 1
+
+
+def test_load_runs_reads_the_setting_from_config_of_older_runs(tmp_path):
+    d = tmp_path / "old"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps(summary("local", 0, 70.0)))
+    (d / "config.yaml").write_text("data:\n  name: fmnist\n  clusters: rotation\n  num_clusters: 4\n")
+    assert report.setting(report.load_runs([d])[0]) == ("fmnist", "rotation", 4)
