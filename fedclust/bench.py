@@ -1,4 +1,4 @@
-"""``fedclust bench``: time one round of local training (SPEC §3).
+"""``fedclust bench``: time one round of local training (docs/algorithms.md).
 
 One round = 200 training images per client, 3 epochs, batch 128 (128 + 72),
 SGD lr 0.08 momentum 0.9, on random tensors of the real shapes: MLP on
@@ -205,7 +205,7 @@ def format_table(records: list[Record]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="fedclust bench",
-        description="Time one round of local training (SPEC §3): vectorized engine vs the plain per-client "
+        description="Time one round of local training (docs/algorithms.md): vectorized engine vs the plain per-client "
                     "loop, MLP and CNN, 100 and 1,000 clients (the full table takes about 15 minutes on a "
                     "2-core CPU; use --quick there).")
     parser.add_argument("--quick", action="store_true", help="fewer rows and clients (under a minute on a CPU)")

@@ -1,4 +1,4 @@
-"""Figures of papers/001 written into the run directory (SPEC §6):
+"""Figures of PANM paper written into the run directory (docs/algorithms.md):
 
 - ``heatmap_stage1.png``: who averaged with whom in stage one (Fig. 5);
 - ``similarity_hist.png``: one client's similarities after stage one, split by

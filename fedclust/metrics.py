@@ -1,4 +1,4 @@
-"""What is measured (SPEC §6): neighbour precision and recall, cluster
+"""What is measured (docs/algorithms.md): neighbour precision and recall, cluster
 recovery from the symmetrised neighbour graph (number of components and
 adjusted Rand index against the truth)."""
 

@@ -1,4 +1,4 @@
-"""Gossip averaging as one matrix product (SPEC §4).
+"""Gossip averaging as one matrix product (docs/algorithms.md).
 
 Client i's new model is ``(w_i + sum_{j in N_i} w_j) / (|N_i| + 1)`` over the
 models after this round's local training, so for this rank's rows the new

@@ -1,4 +1,4 @@
-"""The models of SPEC §2, as plain ``nn.Module``s.
+"""The models of docs/algorithms.md, as plain ``nn.Module``s.
 
 These modules are the reference: the vectorized engine
 (:mod:`fedclust.engine.functional`) reproduces their forward pass on a flat
@@ -32,7 +32,7 @@ ARCHS = ("logreg", "mlp", "cnn")
 
 
 class MLP(nn.Module):
-    """MLP in-200-200-classes with ReLU (SPEC §2)."""
+    """MLP in-200-200-classes with ReLU (docs/algorithms.md)."""
 
     def __init__(self, in_features: int, num_classes: int, hidden: int = 200):
         super().__init__()
@@ -48,7 +48,7 @@ class MLP(nn.Module):
 
 
 class LogReg(nn.Module):
-    """Multinomial logistic regression in-classes (SPEC §2, Synthetic)."""
+    """Multinomial logistic regression in-classes (docs/algorithms.md, Synthetic)."""
 
     def __init__(self, in_features: int, num_classes: int):
         super().__init__()
@@ -59,7 +59,7 @@ class LogReg(nn.Module):
 
 
 class CNN(nn.Module):
-    """CIFAR-10 CNN of papers/001 §4.2 (SPEC §2)."""
+    """CIFAR-10 CNN of PANM paper §4.2 (docs/algorithms.md)."""
 
     def __init__(self, in_channels: int, height: int, width: int, num_classes: int):
         super().__init__()
@@ -104,6 +104,6 @@ def build_model(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn
 
 
 def default_arch(data_name: str) -> str:
-    """The model SPEC §2 pairs with a data set: cnn for cifar10, logreg for
+    """The model docs/algorithms.md pairs with a data set: cnn for cifar10, logreg for
     synthetic, mlp otherwise."""
     return {"cifar10": "cnn", "synthetic": "logreg"}.get(data_name, "mlp")

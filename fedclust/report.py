@@ -1,7 +1,7 @@
 """``fedclust report RUN_DIR ...``: a results table (mean ± std over seeds
 per label and data setting) beside the paper's numbers for that setting
-(papers/001 Table 2's Fashion-MNIST column for Fashion-MNIST with 2
-rotations, papers/004 Table 1 for clustered Synthetic with 4 clusters), and
+(PANM paper Table 2's Fashion-MNIST column for Fashion-MNIST with 2
+rotations, FPFC paper Table 1 for clustered Synthetic with 4 clusters), and
 one figure with every run's accuracy curve."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import json
 import statistics
 from pathlib import Path
 
-# papers/001 Table 2, FMNIST column (SPEC §7): mean and std over 3 seeds.
+# PANM paper Table 2, FMNIST column (docs/results_fmnist.md): mean and std over 3 seeds.
 PAPER_FMNIST = {
     "local": (76.24, 0.22), "fixtopology": (85.86, 0.17), "random": (85.94, 0.27), "oracle": (87.01, 0.26),
     "pens": (86.82, 0.11), "panm_loss": (87.33, 0.17), "panm_grad": (86.88, 0.34),
 }
-# papers/004 Table 1 (clustered Synthetic, m = 100, L = 4): accuracy mean and std over its runs.
+# FPFC paper Table 1 (clustered Synthetic, m = 100, L = 4): accuracy mean and std over its runs.
 PAPER_SYNTHETIC = {
     "local": (84.97, 0.06), "fedavg": (30.35, 0.05), "ifca": (60.42, 0.17), "cfl": (86.60, 0.05),
     "fpfc": (89.46, 0.04),
@@ -46,7 +46,7 @@ def load_runs(dirs) -> list[dict]:
 
 def setting(run: dict) -> tuple[str, str, int]:
     """(data set, cluster kind, number of true clusters) of a run; a summary
-    without them counts as papers/001's Fashion-MNIST with 2 rotations."""
+    without them counts as PANM paper's Fashion-MNIST with 2 rotations."""
     return (run.get("data") or "fmnist", run.get("data_clusters") or "rotation", int(run.get("true_clusters") or 2))
 
 

@@ -1,4 +1,4 @@
-"""The round loop (SPEC §3, §4, §6) on Lightning Fabric.
+"""The round loop (docs/algorithms.md) on Lightning Fabric.
 
 Each rank holds a contiguous shard of clients: their flat weights stacked in
 one [C, P] buffer and their data on the device.  A round is: vectorized local
@@ -156,7 +156,7 @@ def _finish(fabric) -> None:
 
 
 class Traffic:
-    """Communication in whole models (SPEC §6): per own client received so
+    """Communication in whole models (docs/algorithms.md): per own client received so
     far, the server's totals, and the most any node received in a round."""
 
     def __init__(self, clients: int, device):

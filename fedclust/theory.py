@@ -1,4 +1,4 @@
-"""Theorem 1 of papers/001 (§3.2.2, proof in Appendix A.1): how likely all k
+"""Theorem 1 of PANM paper (§3.2.2, proof in Appendix A.1): how likely all k
 CNI neighbours of a client are same-cluster in round t.
 
 Parametrization (the paper's): ``n`` clients in all, ``a`` clients in the
@@ -18,7 +18,7 @@ balls: n-1 balls, a-1 white, l drawn per round without replacement.
   independent per-round white counts s_c (Appendix A.1, question 2): it
   counts a peer drawn again in a later round as a new one, so it slightly
   overstates CNI.  This is the curve of the paper's Figure 3.
-- ``cni_probabilities_exact`` is the exact probability for CNI as SPEC §4
+- ``cni_probabilities_exact`` is the exact probability for CNI as docs/algorithms.md
   runs it under Assumption 1: with W the same-cluster neighbours held,
   ``W^t = min(k, W^{t-1} + X)`` where X, the same-cluster candidates not
   already neighbours, is hypergeometric (l draws from n-1, a-1-W^{t-1}
@@ -72,7 +72,7 @@ def R(n: int, a: int, l: int, x: int) -> Fraction:
 
 
 def cni_probabilities(n: int, a: int, l: int, k: int, rounds: int) -> list[float]:
-    """``[P^1(k), ..., P^T(k)]`` of Theorem 1 (papers/001 Eq. 10).  G and R
+    """``[P^1(k), ..., P^T(k)]`` of Theorem 1 (PANM paper Eq. 10).  G and R
     are exact rationals rounded once to float; the recursion (sums of
     products of probabilities, no cancellation) runs in float64.  See the
     module docstring for the assumption and what the recursion counts."""
@@ -121,13 +121,13 @@ def cni_expected_precision_exact(n: int, a: int, l: int, k: int, rounds: int) ->
 
 
 def pens_probability(n: int, a: int, l: int, k: int) -> float:
-    """PENS stage one (papers/001 Eq. 11): ``P^t(k) = R(k)`` in every round."""
+    """PENS stage one (PANM paper Eq. 11): ``P^t(k) = R(k)`` in every round."""
     check_args(n, a, l, k)
     return float(R(n, a, l, k))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedclust theory", description="Theory curves of papers/001.")
+    parser = argparse.ArgumentParser(prog="fedclust theory", description="Theory curves of PANM paper.")
     sub = parser.add_subparsers(dest="what", required=True)
     cni = sub.add_parser("cni", help="Theorem 1: P^t that all k CNI neighbours are same-cluster, t = 1..T")
     cni.add_argument("--n", type=int, required=True, help="clients in all")

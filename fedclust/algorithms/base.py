@@ -3,7 +3,7 @@
 Peer-to-peer algorithms (fedjax style: ``init`` and ``select`` with the
 hyperparameters closed over) choose, for each of this rank's clients, whom
 to average with; the runner turns that choice into one mixing-matrix
-product over the gathered weights (SPEC §4).
+product over the gathered weights (docs/algorithms.md).
 
 Neighbour sets are bool masks ``[C, n]``: row c is this rank's client
 ``ctx.client_ids[c]``, column j is global client j.  Never True on the
@@ -76,7 +76,7 @@ class PeerAlgorithm(Protocol):
         """New state and the bool [C, n] mask of whom each client averages with this round."""
 
     def neighbor_list(self, state: Any, averaged: torch.Tensor) -> torch.Tensor:
-        """The bool [C, n] neighbour list scored by precision and recall (SPEC §6).
+        """The bool [C, n] neighbour list scored by precision and recall (docs/algorithms.md).
         ``averaged`` is this round's mask from ``select``."""
 
 
@@ -120,7 +120,7 @@ class RoundAlgorithm(Protocol):
 @dataclass
 class PeerRound:
     """Adapts a PeerAlgorithm: train from the held models, then the gossip
-    average of SPEC §4 as one mixing-matrix product.
+    average (docs/algorithms.md) as one mixing-matrix product.
 
     A client receives the models of every peer it averages with and of every
     peer whose similarity it computes (``contacted``, if the algorithm has it)."""

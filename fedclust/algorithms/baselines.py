@@ -1,4 +1,4 @@
-"""Peer-to-peer baselines of papers/001 §4 (SPEC §4 table).
+"""Peer-to-peer baselines of PANM paper §4 (docs/algorithms.md).
 
 - Local: no averaging.
 - Random: k peers drawn uniformly from all others, anew each round.

@@ -1,5 +1,5 @@
-"""Confident Neighbour Initialization, stage one of PANM (papers/001 §3.2.2
-Eq. 8, SPEC §4).
+"""Confident Neighbour Initialization, stage one of PANM (PANM paper §3.2.2
+Eq. 8, docs/algorithms.md).
 
 Each round client i draws l candidates ``C_i`` uniformly from the other
 clients; its neighbours are the k with the highest similarity among
@@ -46,5 +46,5 @@ def cni_pool(candidates: torch.Tensor, previous: torch.Tensor | None) -> torch.T
 
 def cni_step(similarity: torch.Tensor, candidates: torch.Tensor, previous: torch.Tensor | None,
              k: int) -> torch.Tensor:
-    """``N_i^t``: the top k by similarity among ``C_i ∪ N_i^{t-1}`` (papers/001 Eq. 8)."""
+    """``N_i^t``: the top k by similarity among ``C_i ∪ N_i^{t-1}`` (PANM paper Eq. 8)."""
     return top_k_in_mask(similarity, cni_pool(candidates, previous), k)

@@ -1,13 +1,13 @@
-"""FedAvg and FedProx server/client math (SPEC §5; papers/003 §II-A).
+"""FedAvg and FedProx server/client math (docs/algorithms.md; FedGroup paper §II-A).
 
-- FedAvg (papers/003 Algorithm 1, line 8): the new global model is the
+- FedAvg (FedGroup paper Algorithm 1, line 8): the new global model is the
   data-size weighted average of the clients' models,
   ``w_{t+1} = w_t + Σ_i (n_i/n) Δw_i = Σ_i (n_i/n) w_i`` with ``n = Σ_i n_i``
   over the clients that took part.
-- FedProx (papers/003 Eq. 3, after Li et al.): each client minimises
+- FedProx (FedGroup paper Eq. 3, after Li et al.): each client minimises
   ``F_k(w) + μ/2 ‖w − w^t‖²``, so ``μ (w − w^t)`` is added to every local
   gradient; FedAvg is the case ``μ = 0``.  FPFC's local step
-  (papers/004 Algorithm 1, step 3) has the same form with ``μ = ρ`` and the
+  (FPFC paper Algorithm 1, step 3) has the same form with ``μ = ρ`` and the
   anchor ``ζ_i`` per client, hence ``anchor`` may be ``[P]`` or ``[C, P]``.
 
 Client models are stacked ``[C, P]`` (C clients, P flat parameters).
@@ -18,15 +18,15 @@ with the hyperparameters closed over; see ``fedclust.algorithms.base``):
 and the helpers every centralized method shares — :func:`participants`
 (who takes part in round t) and :func:`server_result`.
 
-Conventions of the centralized methods (SPEC §5, §6):
+Conventions of the centralized methods (docs/algorithms.md):
 - Participation: the ``ceil(p·n)`` clients with the lowest counter-based
   keys ``rng.uniform(seed, t, "participation", i, 0)`` take part in round t
   (every client when p = 1), identical on every rank.  The runner trains
   every client; only participants' trained models enter the server's
   averages, the others keep the model they were sent.
-- Data sizes: every client holds ``data.train_size`` samples (SPEC §2), so
+- Data sizes: every client holds ``data.train_size`` samples (docs/algorithms.md), so
   the papers' ``n_i``-weighted averages are plain means.
-- Communication (SPEC §6, in models): a participant receives what the
+- Communication (docs/algorithms.md, in models): a participant receives what the
   server sends it for training (1 model; IFCA: all K) and uploads one;
   non-participants receive nothing.  ``server_received``/``server_sent``
   are these totals.  Evaluating a client with its cluster's model is not
@@ -56,7 +56,7 @@ def check_weights(weights: torch.Tensor, count: int, name: str = "weights") -> t
 
 def weighted_average(models: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """FedAvg aggregate ``Σ_i w_i·models_i / Σ_i w_i`` → ``[P]``
-    (papers/003 Algorithm 1 line 8; equal weights when ``weights`` is None).
+    (FedGroup paper Algorithm 1 line 8; equal weights when ``weights`` is None).
 
     Raises ValueError for no clients or weights summing to 0: the caller
     decides what an empty round means (e.g. keep the previous model, as
@@ -82,7 +82,7 @@ def check_mu(mu: float) -> float:
 
 
 def prox_grad(grads: torch.Tensor, params: torch.Tensor, anchor: torch.Tensor, mu: float) -> torch.Tensor:
-    """Gradient of the FedProx local objective (papers/003 Eq. 3):
+    """Gradient of the FedProx local objective (FedGroup paper Eq. 3):
     ``grads + μ (params − anchor)`` → ``[C, P]``.
 
     ``grads``, ``params``: ``[C, P]``; ``anchor``: the round's global model
@@ -144,7 +144,7 @@ def server_result(ctx: Context, models: torch.Tensor, assignment: torch.Tensor, 
 
 @dataclass
 class FedAvg:
-    """FedAvg / FedProx round (papers/003 Algorithm 1 and Eq. 3).
+    """FedAvg / FedProx round (FedGroup paper Algorithm 1 and Eq. 3).
 
     State: the global model ``w [P]`` (replicated).  Plan: every client
     trains from ``w`` (FedProx: with the proximal term ``μ/2‖·−w‖²``).

@@ -1,6 +1,6 @@
-"""FedGroup / FedGrouProx server math (SPEC §5; papers/003, Duan et al.).
+"""FedGroup / FedGrouProx server math (docs/algorithms.md; FedGroup paper, Duan et al.).
 
-Symbols (papers/003 §III):
+Symbols (FedGroup paper §III):
   m        number of groups (here ``K``);
   α        pre-training scale: ``α·m`` clients are pre-trained (Alg. 3 l. 2);
   Δw_0^(c) a pre-training update: one epoch of local training from ``w_0``
@@ -69,7 +69,7 @@ with FedProx's μ, ``fedprox.mu``, Alg. 2 l. 17-18), below the math:
   inter-group aggregation with ``η_g`` (Alg. 2 l. 9-10), the global model
   as the mean of the group models (l. 11) and each group's latest update
   (the group model's change over the round).
-- A client is evaluated with its group's model (papers/003 §IV-A
+- A client is evaluated with its group's model (FedGroup paper §IV-A
   Metrics); a client not yet in a group with the global model, and its
   assignment is -1.
 """
@@ -100,7 +100,7 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def base_directions(updates: torch.Tensor, n_directions: int = N_DIRECTIONS) -> torch.Tensor:
-    """Base direction vectors ``V = [v_1, v_2, v_3]`` (papers/003 Alg. 3 l. 7:
+    """Base direction vectors ``V = [v_1, v_2, v_3]`` (FedGroup paper Alg. 3 l. 7:
     ``SVD(ΔWᵀ, 3)``) → ``[n_directions, P]``, unit rows, ordered by singular
     value, each signed so that ``Σ_i <Δw_i, v_k> ≥ 0``.
 
@@ -122,7 +122,7 @@ def base_directions(updates: torch.Tensor, n_directions: int = N_DIRECTIONS) -> 
 
 def ternary_similarity(updates: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
     """Ternary cosine similarity ``ℳ_i = ζ(i, V) = (1 − cos(Δw_i, v_k))/2``
-    (papers/003 Eq. 7-9) → ``[c, n_directions]`` with entries in ``[0, 1]``.
+    (FedGroup paper Eq. 7-9) → ``[c, n_directions]`` with entries in ``[0, 1]``.
 
     ``updates [c, P]`` (pre-training updates, any clients); ``directions``
     ``[n_directions, P]`` from :func:`base_directions`.  A zero update gets 0.5.
@@ -134,7 +134,7 @@ def ternary_similarity(updates: torch.Tensor, directions: torch.Tensor) -> torch
 
 
 def kmeans_pp(points: torch.Tensor, k: int, seed: int, restart: int = 0) -> torch.Tensor:
-    """K-means++ seeding (Arthur & Vassilvitskii 2007, papers/003 ref. [20]) →
+    """K-means++ seeding (Arthur & Vassilvitskii 2007, FedGroup paper ref. [20]) →
     ``[k]`` int64 indices of the chosen points.
 
     First centre uniform; each next one drawn with probability ∝ ``D(x)²``,
@@ -163,7 +163,7 @@ def kmeans_pp(points: torch.Tensor, k: int, seed: int, restart: int = 0) -> torc
 
 
 def decomposed_cosine(updates: torch.Tensor, n_directions: int = N_DIRECTIONS) -> torch.Tensor:
-    """ℳ of papers/003 Algorithm 3 in one call: ``ternary_similarity(ΔW,
+    """ℳ of FedGroup paper Algorithm 3 in one call: ``ternary_similarity(ΔW,
     base_directions(ΔW))`` → ``[αm, 3]``.  The paper always uses three
     directions, whatever the number of groups."""
     return ternary_similarity(updates, base_directions(updates, n_directions))
@@ -201,7 +201,7 @@ def lloyd(points: torch.Tensor, centers: torch.Tensor, max_iter: int = 300) -> t
 def kmeans(points: torch.Tensor, k: int, seed: int, n_init: int = 10, max_iter: int = 300) -> tuple[torch.Tensor, torch.Tensor]:
     """K-means with K-means++ seeding, best of ``n_init`` restarts by inertia
     (first restart wins ties) → ``(labels int64 [m], centers [k, d])``
-    (papers/003 Alg. 4 l. 3, as sklearn ``KMeans`` in the authors' code)."""
+    (FedGroup paper Alg. 4 l. 3, as sklearn ``KMeans`` in the authors' code)."""
     if points.dim() != 2 or points.shape[0] < k or k < 1:
         raise ConfigError("algorithm.groups", k,
                           f"K-means needs 1 <= groups <= points ({points.shape[0]}); lower the number of groups")
@@ -217,7 +217,7 @@ def kmeans(points: torch.Tensor, k: int, seed: int, n_init: int = 10, max_iter: 
 def group_cold_start(
     updates: torch.Tensor, w0: torch.Tensor, groups: int, seed: int, n_init: int = 10
 ) -> dict[str, torch.Tensor]:
-    """Group cold start, papers/003 Algorithm 4, on the pre-training updates
+    """Group cold start, FedGroup paper Algorithm 4, on the pre-training updates
     ``ΔW [αm, P]`` of the pre-trained clients (from the common ``w0 [P]``).
 
     Returns a dict:
@@ -258,7 +258,7 @@ def newcomer_distance(pre_updates: torch.Tensor, group_updates: torch.Tensor) ->
 
 
 def place_newcomers(pre_updates: torch.Tensor, group_updates: torch.Tensor) -> torch.Tensor:
-    """Client cold start, papers/003 Eq. 10: ``g* = argmin_j`` of
+    """Client cold start, FedGroup paper Eq. 10: ``g* = argmin_j`` of
     :func:`newcomer_distance` → int64 ``[c]`` (ties to the lowest group)."""
     return newcomer_distance(pre_updates, group_updates).argmin(dim=1)
 
@@ -271,7 +271,7 @@ def check_eta_g(eta_g: float) -> float:
 
 
 def inter_group_aggregate(group_models: torch.Tensor, eta_g: float, normalized: bool = True) -> torch.Tensor:
-    """Inter-group aggregation, papers/003 Alg. 2 l. 20-25 → ``[K, P]``.
+    """Inter-group aggregation, FedGroup paper Alg. 2 l. 20-25 → ``[K, P]``.
 
     With ``u_l = w̃_l/‖w̃_l‖`` and ``S = Σ_l u_l``:
     literal (``normalized=False``): ``w_j = w̃_j + η_g (S − u_j)``;
@@ -294,7 +294,7 @@ def inter_group_aggregate(group_models: torch.Tensor, eta_g: float, normalized: 
 
 
 def global_aggregate(group_models: torch.Tensor) -> torch.Tensor:
-    """Global model = unweighted mean of the group models (papers/003 Alg. 2
+    """Global model = unweighted mean of the group models (FedGroup paper Alg. 2
     l. 11); kept only for newcomers' cold start → ``[P]``."""
     return group_models.mean(dim=0)
 
@@ -322,7 +322,7 @@ class FedGroupState:
 
 @dataclass
 class FedGroup:
-    """FedGroup / FedGrouProx round (papers/003 Algorithms 2-4, Eq. 10;
+    """FedGroup / FedGrouProx round (FedGroup paper Algorithms 2-4, Eq. 10;
     module docstring)."""
 
     groups: int = 2

@@ -1,7 +1,7 @@
-"""FPFC server math (SPEC §5; papers/004, Yu, Liu, Sun & Wang, AAAI 2023
+"""FPFC server math (docs/algorithms.md; FPFC paper, Yu, Liu, Sun & Wang, AAAI 2023
 student abstract, "Clustered Federated Learning for Heterogeneous Data").
 
-Objective (papers/004 "Approach"):
+Objective (FPFC paper "Approach"):
     min_ω  Σ_i f_i(ω_i) + 1/(2m) Σ_i Σ_j g(‖ω_i − ω_j‖, λ)
 with g the SCAD penalty ``P_a(t, λ)`` (Fan & Li 2001) and, for the
 algorithm, its smooth surrogate ``P̃_a(t, λ)`` (quadratic for |t| ≤ ξ < λ).
@@ -59,7 +59,7 @@ trains from its own ω_i with the proximal term ``ρ/2‖ω − ζ_i‖²`` (anc
 by their trained models, then :func:`server_update_` and :func:`zeta`.
 Clusters are read off every round (the paper reads them at the end; the
 per-round read-off is what the metrics report) and a client holds, and
-is evaluated with, its cluster's model ``α̂_l`` (SPEC §6).
+is evaluated with, its cluster's model ``α̂_l`` (docs/algorithms.md).
 
 Scale (not in the paper, whose experiments use a 610-parameter linear
 model): λ, ξ and ν are distances in parameter space, so the same values
@@ -100,11 +100,11 @@ def check_penalty(lam: float, a: float, xi: float | None = None, rho: float | No
     if rho is not None and not (float(rho) * (float(a) - 1) > 1 and float(rho) < float("inf")):
         raise ConfigError("algorithm.rho", rho,
                           f"ADMM rho must satisfy rho*(a-1) > 1, i.e. rho > {1 / (float(a) - 1):.6g} "
-                          f"(papers/004 Theorem 1 asks rho > max(2*lambda/xi, 2/(a-1), ...))")
+                          f"(FPFC paper Theorem 1 asks rho > max(2*lambda/xi, 2/(a-1), ...))")
 
 
 def theorem1_rho_bound(lam: float, a: float, xi: float) -> float:
-    """The part of papers/004 Theorem 1's lower bound on ρ that the
+    """The part of FPFC paper Theorem 1's lower bound on ρ that the
     hyperparameters fix: ``max(2λ/ξ, 2/(a − 1))``.  (Its other terms,
     ``L_f/(1 − 2c^{T/2})`` and ``L_−``, need the loss's smoothness constants;
     see README.)  Scale-free: λ and ξ scaled alike leave it unchanged."""
@@ -112,7 +112,7 @@ def theorem1_rho_bound(lam: float, a: float, xi: float) -> float:
 
 
 def check_theorem1(lam: float, a: float, xi: float, rho: float, prefix: str = "fpfc") -> None:
-    """Refuse hyperparameters outside papers/004 Theorem 1: λ > 0, a > 1,
+    """Refuse hyperparameters outside FPFC paper Theorem 1: λ > 0, a > 1,
     0 < ξ < λ and ``ρ > max(2λ/ξ, 2/(a − 1))`` (ConfigError naming the
     field, the value and the fix)."""
     check_penalty(lam, a, xi)
@@ -120,13 +120,13 @@ def check_theorem1(lam: float, a: float, xi: float, rho: float, prefix: str = "f
     if not (float(rho) > bound and float(rho) < float("inf")):
         raise ConfigError(
             f"{prefix}.rho", rho,
-            f"papers/004 Theorem 1 needs rho > max(2*lam/xi, 2/(a-1)) = max({2 * lam / xi:.4g}, "
+            f"FPFC paper Theorem 1 needs rho > max(2*lam/xi, 2/(a-1)) = max({2 * lam / xi:.4g}, "
             f"{2 / (a - 1):.4g}) = {bound:.4g} for lam = {lam}, xi = {xi}, a = {a}; raise {prefix}.rho above "
             f"{bound:.4g}, or raise {prefix}.xi (at most lam) to lower the bound")
 
 
 def scad(t: torch.Tensor, lam: float, a: float) -> torch.Tensor:
-    """SCAD penalty ``P_a(t, λ)`` (papers/004; Fan & Li 2001), elementwise:
+    """SCAD penalty ``P_a(t, λ)`` (FPFC paper; Fan & Li 2001), elementwise:
     ``λ|t|`` for |t| ≤ λ; ``(aλ|t| − (t² + λ²)/2)/(a − 1)`` for λ < |t| ≤ aλ;
     ``λ²(a + 1)/2`` beyond."""
     check_penalty(lam, a)
@@ -137,7 +137,7 @@ def scad(t: torch.Tensor, lam: float, a: float) -> torch.Tensor:
 
 def scad_surrogate(t: torch.Tensor, lam: float, a: float, xi: float) -> torch.Tensor:
     """Smooth surrogate ``P̃_a(t, λ) = (λ t²/(2ξ) + ξλ/2)·I(|t| ≤ ξ) + P_a(t, λ)·I(|t| > ξ)``
-    (papers/004), ξ < λ: continuously differentiable, equal to SCAD for |t| > ξ."""
+    (FPFC paper), ξ < λ: continuously differentiable, equal to SCAD for |t| > ξ."""
     check_penalty(lam, a, xi)
     return torch.where(t.abs() <= xi, lam * t * t / (2 * xi) + xi * lam / 2, scad(t, lam, a))
 
@@ -158,7 +158,7 @@ def theta_shrink(r: torch.Tensor, lam: float, a: float, xi: float, rho: float) -
 
 
 def theta_update(delta: torch.Tensor, lam: float, a: float, xi: float, rho: float) -> torch.Tensor:
-    """Closed-form θ-step of papers/004 Algorithm 1, step 5:
+    """Closed-form θ-step of FPFC paper Algorithm 1, step 5:
     ``argmin_θ P̃_a(‖θ‖, λ) + ρ/2 ‖δ − θ‖²`` row-wise → ``[E, P]`` for
     ``delta [E, P]`` (``θ = theta_shrink(‖δ‖)·δ/‖δ‖``; 0 for δ = 0)."""
     r = delta.norm(dim=-1)
@@ -171,7 +171,7 @@ def pair_update(
     omega_i: torch.Tensor, omega_j: torch.Tensor, theta: torch.Tensor, v: torch.Tensor,
     lam: float, a: float, xi: float, rho: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One server step for a batch of pairs (papers/004 Algorithm 1, step 5):
+    """One server step for a batch of pairs (FPFC paper Algorithm 1, step 5):
     ``δ = ω_i − ω_j + v/ρ``, ``θ' = theta_update(δ)``, ``v' = v + ρ(ω_i − ω_j − θ')``.
     All arguments ``[E, P]``; returns ``(θ', v')``."""
     diff = omega_i - omega_j
@@ -197,7 +197,7 @@ def pairwise_state_bytes(n: int, P: int, dtype_bytes: int = 4) -> int:
 
 
 def init_pair_state(n: int, P: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
-    """θ^0 = 0 and v^0 = 0, ``[E, P]`` each (papers/004 Algorithm 1, init)."""
+    """θ^0 = 0 and v^0 = 0, ``[E, P]`` each (FPFC paper Algorithm 1, init)."""
     E = n_pairs(n)
     return torch.zeros(E, P, dtype=dtype, device=device), torch.zeros(E, P, dtype=dtype, device=device)
 
@@ -211,7 +211,7 @@ def server_update_(
     lam: float, a: float, xi: float, rho: float,
     active: torch.Tensor | None = None, chunk_pairs: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Server step of papers/004 Algorithm 1 for all pairs, **in place** on
+    """Server step of FPFC paper Algorithm 1 for all pairs, **in place** on
     ``theta``/``v`` ``[E, P]`` (returned for convenience).
 
     ``omega [n, P]``: every client's current ω (ω^{k+1} for i ∈ A_k, ω^k
@@ -241,7 +241,7 @@ def server_update_(
 
 
 def zeta(omega: torch.Tensor, theta: torch.Tensor, v: torch.Tensor, rho: float, chunk_pairs: int | None = None) -> torch.Tensor:
-    """``ζ_i = 1/m Σ_j (ω_j + θ_ij − v_ij/ρ)`` (papers/004 Algorithm 1, last
+    """``ζ_i = 1/m Σ_j (ω_j + θ_ij − v_ij/ρ)`` (FPFC paper Algorithm 1, last
     server line) → ``[n, P]``, using θ_ii = v_ii = 0, θ_ji = −θ_ij, v_ji = −v_ij:
     ``ζ = mean(ω) + (1/m)(Σ_{j>i} u_ij − Σ_{j<i} u_ji)`` with ``u = θ − v/ρ``."""
     n, P = omega.shape
@@ -271,7 +271,7 @@ def theta_norm_matrix(theta: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def clusters_from_theta(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
-    """Clusters of papers/004: i ~ j when ``‖θ_ij‖ ≤ ν``; the clusters are the
+    """Clusters of FPFC paper: i ~ j when ``‖θ_ij‖ ≤ ν``; the clusters are the
     connected components of that graph → int64 ``[n]`` labels, numbered by
     smallest member (client 0 is in cluster 0).
 
@@ -297,7 +297,7 @@ def clusters_from_theta(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
 
 
 def cluster_models(omega: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """``α̂_l = Σ_{i∈Ĝ_l} n_i ω_i / Σ_{i∈Ĝ_l} n_i`` (papers/004) → ``[L, P]``,
+    """``α̂_l = Σ_{i∈Ĝ_l} n_i ω_i / Σ_{i∈Ĝ_l} n_i`` (FPFC paper) → ``[L, P]``,
     L = number of labels; ``weights [n]`` the data sizes (equal when None)."""
     from fedclust.algorithms.ifca import cluster_average
 
@@ -322,9 +322,9 @@ class FpfcState:
 
 @dataclass
 class Fpfc:
-    """FPFC round (papers/004 Algorithm 1; module docstring)."""
+    """FPFC round (FPFC paper Algorithm 1; module docstring)."""
 
-    lam: float = 2.0             # defaults: fedclust.config_methods.FpfcConfig (papers/004 Theorem 1)
+    lam: float = 2.0             # defaults: fedclust.config_methods.FpfcConfig (FPFC paper Theorem 1)
     a: float = 3.7
     xi: float = 0.5
     rho: float = 10.0

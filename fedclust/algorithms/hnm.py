@@ -1,5 +1,5 @@
-"""Heuristic Neighbour Matching, stage two of PANM (papers/001 §3.2.3
-Eq. 14-18, SPEC §4).
+"""Heuristic Neighbour Matching, stage two of PANM (PANM paper §3.2.3
+Eq. 14-18, docs/algorithms.md).
 
 Every τ rounds client i draws ``C_i`` (l uniform non-neighbours, never i)
 and ``S_i`` (l uniform neighbours, all of ``N_i`` if it has ≤ l), scores
@@ -7,7 +7,7 @@ and ``S_i`` (l uniform neighbours, all of ``N_i`` if it has ≤ l), scores
 two 1-D Gaussians, starting from S in one component and C in the other.
 ``H_i`` is the component with the higher mean and ``N_i ← (N_i \\ S_i) ∪ H_i``.
 The paper initialises S in the component it later calls "different" (a
-typo, SPEC §4): here the same-cluster side is simply the higher-mean one.
+typo, docs/algorithms.md): here the same-cluster side is simply the higher-mean one.
 
 Every round of stage two averages with k neighbours drawn uniformly from
 ``N_i`` (all of them if fewer).
@@ -71,7 +71,7 @@ def pooled_variance(cnt_a, var_a, cnt_b, var_b, floor):
 def em_two_gaussians(y: torch.Tensor, valid: torch.Tensor, init_a: torch.Tensor,
                      max_steps: int = MAX_EM_STEPS, rel_floor: float = VAR_FLOOR_REL,
                      abs_floor: float = VAR_FLOOR_ABS, variance: str = "separate") -> EMResult:
-    """Hard-assignment EM for two 1-D Gaussians, batched over rows (papers/001 Eq. 15-17).
+    """Hard-assignment EM for two 1-D Gaussians, batched over rows (PANM paper Eq. 15-17).
 
     ``y [C, m]`` values, ``valid [C, m]`` which of them exist, ``init_a``
     the valid entries that start in component A (the rest start in B).
@@ -129,7 +129,7 @@ def pack_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor,
                similarity: torch.Tensor, **em_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """One HNM step (papers/001 Eq. 18): ``(new N [C, n], failed [C])``.
+    """One HNM step (PANM paper Eq. 18): ``(new N [C, n], failed [C])``.
 
     ``similarity [C, n]`` must hold ``s_ij`` on ``M = C ∪ S``.  S starts in
     component A, C in B; ``H`` is the higher-mean component and

@@ -1,18 +1,18 @@
-"""IFCA server math (SPEC §5; papers/002, Ghosh et al. 2020, Algorithm 1,
+"""IFCA server math (docs/algorithms.md; IFCA paper, Ghosh et al. 2020, Algorithm 1,
 option II "model averaging").
 
 Each round every participating client i evaluates the K cluster models on
 its own training data and takes ``ĵ = argmin_j F_i(θ_j)`` (its cluster
 identity estimate); it trains that model locally and the server averages,
 per cluster, the models of the clients that chose it.  A cluster nobody
-chose keeps its model (papers/002: for k larger than the true number of
+chose keeps its model (IFCA paper: for k larger than the true number of
 clusters the extra clusters stay empty).
 
 Shapes: client models ``[C, P]``, cluster models ``[K, P]``, losses
 ``[C, K]``, assignments int64 ``[C]``.
 
 Round object :class:`Ifca` (``ifca``), below the math:
-- Init (SPEC §3 "IFCA: one init per cluster model"): cluster model 0 is the
+- Init (docs/algorithms.md "IFCA: one init per cluster model"): cluster model 0 is the
   common ``w0``; cluster model k > 0 is the architecture's default init
   under the seed ``rng.hash_ints(seed, 0, INIT_STREAM, k, 0)`` (as
   :func:`fedclust.runner.initial_weights` builds ``w0`` under ``seed``), so
@@ -20,7 +20,7 @@ Round object :class:`Ifca` (``ifca``), below the math:
   run is a function of the seed alone.
 - Plan: every client evaluates the K models on its training set
   (``ctx.pair_loss``, K vectorized calls) and starts from the one with the
-  lowest loss; a client is evaluated with the model it chose (SPEC §5),
+  lowest loss; a client is evaluated with the model it chose (docs/algorithms.md),
   i.e. that cluster's model after the round's averaging.
 - Aggregate: per-cluster mean of the participants' trained models.  Every
   rank must know every client's choice; the round's all-gather carries the
@@ -29,7 +29,7 @@ Round object :class:`Ifca` (``ifca``), below the math:
 - Participation < 1: every client picks (IFCA's inference rule: the model
   of lowest loss), only participants are averaged and counted as traffic.
 
-Restarts (``ifca.restarts`` R, ``ifca.restart_rounds`` T0).  papers/002
+Restarts (``ifca.restarts`` R, ``ifca.restart_rounds`` T0).  IFCA paper
 runs Algorithm 1 from several random initialisations ("random
 initialization and a few restarts suffice" for linear models; its success
 rate counts a trial as solved when one of 10 initialisations lands within
@@ -65,7 +65,7 @@ INIT_STREAM = 110   # rng stream id of the cluster models' init seeds (not in rn
 
 def assign_clusters(losses: torch.Tensor) -> torch.Tensor:
     """Cluster identity estimate ``ĵ_i = argmin_j F_i(θ_j)`` → int64 ``[C]``
-    (papers/002 Algorithm 1, "cluster identity estimation").
+    (IFCA paper Algorithm 1, "cluster identity estimation").
 
     ``losses[i, j]`` is client i's mean training loss under cluster model j.
     Ties go to the lowest index; a NaN loss counts as +inf (a diverged model
@@ -91,7 +91,7 @@ def cluster_average(
     weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-cluster (weighted) average of client models → ``[K, P]``
-    (papers/002 Algorithm 1 option II: ``θ_j ← Σ_{i: ĵ_i=j} n_i θ_i / Σ n_i``).
+    (IFCA paper Algorithm 1 option II: ``θ_j ← Σ_{i: ĵ_i=j} n_i θ_i / Σ n_i``).
 
     ``assign`` int64 ``[C]`` in ``[0, K)``; ``previous`` ``[K, P]`` the cluster
     models before the round; ``weights`` ``[C]`` ≥ 0 (data sizes), equal when
@@ -218,7 +218,7 @@ class IfcaState:
 
 @dataclass
 class Ifca:
-    """IFCA round (papers/002 Algorithm 1, option II; module docstring)."""
+    """IFCA round (IFCA paper Algorithm 1, option II; module docstring)."""
 
     clusters: int
     arch: str

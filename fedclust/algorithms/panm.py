@@ -1,5 +1,5 @@
-"""PANM: Personalized Adaptive Neighbour Matching (papers/001 §3.2.4,
-Algorithm 1; SPEC §4), as the peer algorithms ``panm_loss`` and ``panm_grad``.
+"""PANM: Personalized Adaptive Neighbour Matching (PANM paper §3.2.4,
+Algorithm 1; docs/algorithms.md), as the peer algorithms ``panm_loss`` and ``panm_grad``.
 
 Rounds 1..T1 (stage one) run CNI (``cni.py``) and average with the new list
 ``N_i^t``.  Later rounds (stage two) start from the last stage-one list; in
@@ -12,7 +12,7 @@ a client contacts (``ctx.pair_loss``); ``panm_grad`` the cosine mix of
 Eq. 6, which needs every client's model before local training
 (``gathers_before``).
 
-``panm.em_input`` (panm_loss only; SPEC §4): HNM's EM runs on ``-F_i(w_j)``
+``panm.em_input`` (panm_loss only; docs/algorithms.md): HNM's EM runs on ``-F_i(w_j)``
 (``neg_loss``, default) or on the paper's literal ``1/F_i(w_j)``
 (``inverse``); CNI ranks by ``1/F`` either way (the same order).  panm_grad
 ignores the key: its EM runs on the cosine mix.
@@ -76,7 +76,7 @@ def check_peer_config(name: str, k: int, l: int, stage1_rounds: int) -> None:
 
 @dataclass
 class PANM:
-    """PANMLoss / PANMGrad (papers/001 Algorithm 1)."""
+    """PANMLoss / PANMGrad (PANM paper Algorithm 1)."""
 
     metric: str            # "loss" | "grad"
     k: int
@@ -156,7 +156,7 @@ def _make(cfg, metric: str) -> PANM:
     if metric == "grad" and not 0.0 <= cfg.panm.hnm_alpha <= 1.0:
         raise ConfigError("panm.hnm_alpha", cfg.panm.hnm_alpha, "must lie in [0, 1]: the weight of the update "
                           "cosine in the similarity HNM's EM runs on (0, the default: the weight cosine alone; "
-                          "0.5: papers/001's alpha in both stages)")
+                          "0.5: PANM paper's alpha in both stages)")
     check_panm_em_input(cfg.panm.em_input)
     check_panm_em_variance(cfg.panm.em_variance)
     return PANM(metric=metric, k=a.k, l=a.l, tau=a.tau, alpha=a.alpha, stage1_rounds=cfg.stage1_rounds,
@@ -165,10 +165,10 @@ def _make(cfg, metric: str) -> PANM:
 
 
 def make_panm_loss(cfg) -> PANM:
-    """PANMLoss: PANM with the loss similarity (papers/001 Eq. 3)."""
+    """PANMLoss: PANM with the loss similarity (PANM paper Eq. 3)."""
     return _make(cfg, "loss")
 
 
 def make_panm_grad(cfg) -> PANM:
-    """PANMGrad: PANM with the update/weight cosine similarity (papers/001 Eq. 6)."""
+    """PANMGrad: PANM with the update/weight cosine similarity (PANM paper Eq. 6)."""
     return _make(cfg, "grad")

@@ -1,8 +1,8 @@
-"""PENS, Performance-Based Neighbour Selection (Onoszko et al., papers/001
-[29] and §2; SPEC §4), as the peer algorithm ``pens``.
+"""PENS, Performance-Based Neighbour Selection (Onoszko et al., PANM paper
+[29] and §2; docs/algorithms.md), as the peer algorithm ``pens``.
 
 Stage one (rounds 1..T1): each round client i draws l candidates uniformly
-from the others (fresh each round, papers/001 Eq. 7), averages with the
+from the others (fresh each round, PANM paper Eq. 7), averages with the
 top k by loss similarity ``1 / F_i(w_j)`` and counts how often each peer was
 chosen.  After T1 the peers chosen more than a threshold number of times
 form the fixed list; each later round averages with k drawn uniformly from
@@ -10,7 +10,7 @@ it (all if fewer; ``pens.stage2_neighbours`` changes that k).
 
 What counts and the threshold (``pens.count``):
 
-- ``reference`` (default, SPEC §4): as the PENS reference code counts
+- ``reference`` (default, docs/algorithms.md): as the PENS reference code counts
   (``train_edu`` in its ``train_functions.py``, client_clustering_method
   "above_average"): the times j was in i's top k (its ``neighbours_history``
   of stage one), and j is kept when that count is strictly above
@@ -21,7 +21,7 @@ What counts and the threshold (``pens.count``):
   The reference looks only at peers picked at least once (its ``Counter``),
   so when k·T1 < n−1 every peer ever picked is kept.
 - ``selected``: the same counts against ``ceil(T1·(l+k)/n)``, the
-  threshold papers/001 §4.2 quotes for "the expected amount of times".
+  threshold PANM paper §4.2 quotes for "the expected amount of times".
   Under random choice a peer is picked T1·k/n times on average, so with
   l = 10, k = 5, n = 100, T1 = 100 a same-cluster peer (drawn about 10
   times, picked about as often) stays below 15 and lists come out short or
@@ -37,10 +37,10 @@ as the reference code does (it draws min(20, |list|) = 0 peers).
 ``PensState.fell_back`` marks the clients whose list came out empty.
 
 Where the reference code differs otherwise (not options here): it ranks by
-client i's *own* model on candidate j's training data (``F_j(w_i)``, SPEC:
+client i's *own* model on candidate j's training data (``F_j(w_i)``; fedclust:
 ``F_i(w_j)``), its metric defaults to accuracy (``1/(loss + 1e-5)`` when
 asked for loss), and within a round its clients, one after another, average
-with the others' current models and then train (SPEC: all train, then all
+with the others' current models and then train (fedclust: all train, then all
 average, synchronously).  Stage two there averages with 20 list members
 (``pens.stage2_neighbours=20``).
 """
@@ -73,7 +73,7 @@ class PensState:
 
 
 def pens_threshold(stage1_rounds: int, l: int, k: int, n: int) -> int:
-    """``ceil(T1·(l+k)/n)``, in exact integer arithmetic (papers/001 §4.2)."""
+    """``ceil(T1·(l+k)/n)``, in exact integer arithmetic (PANM paper §4.2)."""
     return -(-stage1_rounds * (l + k) // n)
 
 

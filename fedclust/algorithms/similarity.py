@@ -1,4 +1,4 @@
-"""Client similarity metrics of PANM (papers/001 §3.2.1, SPEC §4).
+"""Client similarity metrics of PANM (PANM paper §3.2.1, docs/algorithms.md).
 
 - Loss (Eq. 3): ``s_ij = 1 / F_i(w_j)``, the mean cross-entropy of peer j's
   current model on client i's whole training set; evaluated only on the
@@ -32,7 +32,7 @@ def grad_similarity(
     own: slice = slice(None),
     block: int | None = None,
 ) -> torch.Tensor:
-    """PANMGrad similarity, papers/001 Eq. 6: ``[C, n]``, rows ``own``.
+    """PANMGrad similarity, PANM paper Eq. 6: ``[C, n]``, rows ``own``.
 
     ``all_after``/``all_before`` are everyone's models after/before the
     round's local training ``[n, P]``, ``w0`` the common initial weights
@@ -83,7 +83,7 @@ def loss_similarity(
     chunk: int | None = None,
     pool_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """PANMLoss / PENS similarity, papers/001 Eq. 3: ``[C, n]``.
+    """PANMLoss / PENS similarity, PANM paper Eq. 3: ``[C, n]``.
 
     ``s_cj = 1 / F_c(w_j)`` for every True entry of ``cand_mask [C, n]``;
     entries not asked for are ``-inf`` (``NOT_COMPUTED``).  The losses come
@@ -121,8 +121,8 @@ def loss_similarity(
 def loss_em_input(similarity: torch.Tensor, em_input: str) -> torch.Tensor:
     """HNM's EM input from loss similarities ``s = 1/F`` (``panm.em_input``).
 
-    ``"inverse"``: ``s`` itself (papers/001's literal ``1/F``).
-    ``"neg_loss"``: ``-F = -1/s``, the negative loss (SPEC §4's default): on
+    ``"inverse"``: ``s`` itself (PANM paper's literal ``1/F``).
+    ``"neg_loss"``: ``-F = -1/s``, the negative loss (the default, docs/algorithms.md): on
     ``1/F`` the same-cluster values spread widely (a peer almost equal to
     oneself has a tiny loss and a huge ``1/F``) and EM splits them; on ``-F``
     they stay together.  Both orders are the same, so only the EM differs.

@@ -1,4 +1,4 @@
-"""Federated data (SPEC §2, §3): every client's train and test tensors, its
+"""Federated data (docs/algorithms.md): every client's train and test tensors, its
 true cluster, built identically on every process.
 
 ``load_federated`` computes the assignment of images to *all* clients from
@@ -45,7 +45,7 @@ SYNTHETIC_INPUTS = ("client", "shared")
 class FederatedData:
     """The held clients' data; row c of each tensor is client ``client_ids[c]``."""
 
-    train_x: torch.Tensor        # [C, train_size, *input_shape] float32, normalized (SPEC §3)
+    train_x: torch.Tensor        # [C, train_size, *input_shape] float32, normalized (docs/algorithms.md)
     train_y: torch.Tensor        # [C, train_size] int64
     test_x: torch.Tensor         # [C, test_size, *input_shape]
     test_y: torch.Tensor         # [C, test_size]
@@ -105,7 +105,7 @@ def check_data(cfg: DataConfig, num_clients: int) -> None:
         if cfg.num_clusters not in allowed:
             raise ConfigError(
                 "data.num_clusters", cfg.num_clusters,
-                f"{cfg.clusters} defines {' or '.join(map(str, allowed))} clusters (SPEC §2)",
+                f"{cfg.clusters} defines {' or '.join(map(str, allowed))} clusters (docs/algorithms.md)",
             )
     for field in ("train_size", "test_size"):
         v = getattr(cfg, field)
@@ -137,7 +137,7 @@ def load_federated(
     device: str | torch.device = "cpu",
 ) -> FederatedData:
     """The data of clients ``client_ids`` (all when None), a pure function of
-    (cfg, num_clients, seed) row by row (SPEC §2, §3)."""
+    (cfg, num_clients, seed) row by row (docs/algorithms.md)."""
     check_data(cfg, num_clients)
     device = torch.device(device)
     ids = _held_ids(client_ids, num_clients)

@@ -3,7 +3,7 @@
 Format (LeCun's MNIST page): a 4-byte magic ``0 0 T D``, where T is the
 element type code and D the number of dimensions, then D big-endian uint32
 sizes, then the elements in big-endian C order.  Used for the Fashion-MNIST
-files of the Debian package ``dataset-fashion-mnist`` (SPEC §2), which
+files of the Debian package ``dataset-fashion-mnist`` (docs/algorithms.md), which
 machines without internet rely on.
 """
 

@@ -1,4 +1,4 @@
-"""Splitting a base data set over clients and the cluster transforms (SPEC §2, §3).
+"""Splitting a base data set over clients and the cluster transforms (docs/algorithms.md).
 
 Split: every client gets ``per_client`` images of a split, class-balanced:
 ``per_client // K`` of each class, and the ``r = per_client % K`` extra
@@ -15,7 +15,7 @@ small and sharing is allowed, each class's pool is instead shuffled once per
 clients as little as the slots allow.  The whole assignment is computed for
 all clients, so it never depends on which clients a process holds.
 
-Transforms (SPEC §2 table): rotation by exact ``torch.rot90`` on (H, W);
+Transforms (docs/algorithms.md): rotation by exact ``torch.rot90`` on (H, W);
 label swaps by a per-cluster lookup table.  Clients sit in contiguous,
 near-equal cluster blocks.
 """
@@ -36,7 +36,7 @@ LABEL_SWAPS = {2: ((0, 1), (6, 7)), 4: ((0, 1), (2, 3), (4, 5), (6, 7))}
 
 def cluster_of_clients(num_clients: int, num_clusters: int) -> torch.Tensor:
     """[num_clients] int64 true cluster of each client: contiguous blocks,
-    near-equal, the first ``num_clients % num_clusters`` blocks one larger (SPEC §2)."""
+    near-equal, the first ``num_clients % num_clusters`` blocks one larger (docs/algorithms.md)."""
     if num_clusters < 1 or num_clients < 0:
         raise ValueError(f"need num_clusters >= 1 and num_clients >= 0, got {num_clusters}, {num_clients}")
     base, extra = divmod(num_clients, num_clusters)
@@ -173,7 +173,7 @@ def federated_indices(
 
 def rotate(x: torch.Tensor, clusters: torch.Tensor, num_clusters: int) -> torch.Tensor:
     """Rotate ``x`` [C, m, ch, H, W] of clients in cluster ``clusters[C]`` by the
-    cluster's quarter turns (``torch.rot90`` on H, W; SPEC §2)."""
+    cluster's quarter turns (``torch.rot90`` on H, W; docs/algorithms.md)."""
     quarters = torch.tensor(ROTATION_QUARTERS[num_clusters], device=clusters.device)[clusters]
     out = x.clone()
     for k in set(ROTATION_QUARTERS[num_clusters]) - {0}:  # at most 3 turn values
@@ -184,7 +184,7 @@ def rotate(x: torch.Tensor, clusters: torch.Tensor, num_clusters: int) -> torch.
 
 
 def label_tables(num_clusters: int, num_classes: int = NUM_CLASSES) -> torch.Tensor:
-    """[num_clusters, K] new label of each old label, per cluster (SPEC §2)."""
+    """[num_clusters, K] new label of each old label, per cluster (docs/algorithms.md)."""
     table = torch.arange(num_classes).repeat(num_clusters, 1)
     for cluster, (a, b) in enumerate(LABEL_SWAPS[num_clusters]):
         table[cluster, a], table[cluster, b] = b, a
@@ -199,7 +199,7 @@ def swap_labels(y: torch.Tensor, clusters: torch.Tensor, num_clusters: int) -> t
 
 def normalize(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
     """uint8 images [..., ch, H, W] -> float32 scaled to [0, 1] then normalized per
-    channel, the same operations as torchvision ``ToTensor`` + ``Normalize`` (SPEC §3)."""
+    channel, the same operations as torchvision ``ToTensor`` + ``Normalize`` (docs/algorithms.md)."""
     m = torch.as_tensor(mean, dtype=torch.float32, device=x.device)[:, None, None]
     s = torch.as_tensor(std, dtype=torch.float32, device=x.device)[:, None, None]
     return x.to(torch.float32).div(255).sub(m).div(s)

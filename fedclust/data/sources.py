@@ -1,4 +1,4 @@
-"""Base image data sets (SPEC §2): MNIST, Fashion-MNIST, CIFAR-10 as raw
+"""Base image data sets (docs/algorithms.md): MNIST, Fashion-MNIST, CIFAR-10 as raw
 uint8 tensors ``[N, C, H, W]`` with int64 labels, loaded once per process.
 
 - MNIST and CIFAR-10 come through torchvision (``root=data.root``,
@@ -9,7 +9,7 @@ uint8 tensors ``[N, C, H, W]`` with int64 labels, loaded once per process.
   ``dataset-fashion-mnist`` (found with ``dpkg -L``); only if none has them
   does torchvision download them.
 
-Per-channel statistics (SPEC §3) are the usual published constants; the
+Per-channel statistics (docs/algorithms.md) are the usual published constants; the
 class counts let the config be checked without reading any image.
 """
 

@@ -1,4 +1,4 @@
-"""Clustered Synthetic(alpha, beta) of FedProx (papers/003 §IV; SPEC §2).
+"""Clustered Synthetic(alpha, beta) of FedProx (FedGroup paper §IV; docs/algorithms.md).
 
 FedProx's generator, with alpha and beta standard deviations as in its code:
     u_k ~ N(0, alpha^2),  W_k ~ N(u_k, 1) [dim, 10],  b_k ~ N(u_k, 1) [10]
@@ -6,7 +6,7 @@ FedProx's generator, with alpha and beta standard deviations as in its code:
     x ~ N(v_i, Sigma), Sigma diagonal with Sigma_jj = j^-1.2 (j = 1..dim)
     y = argmax softmax(x W + b) = argmax (x W + b)
 Made clustered: k is the client's *cluster* (one (W_k, b_k) shared by the
-cluster's clients, SPEC §2), while every client i draws its own v_i.  The
+cluster's clients, docs/algorithms.md), while every client i draws its own v_i.  The
 ``data.clusters`` transform (rotation / label_swap) does not apply here: the
 clusters differ by their (W, b) alone.
 

@@ -1,5 +1,5 @@
 """Vectorized training engine: many clients' models as rows of one flat
-``[C, P]`` buffer (:mod:`.layout`), functional forwards of the SPEC §2
+``[C, P]`` buffer (:mod:`.layout`), functional forwards of the docs/algorithms.md
 models (:mod:`.functional`), local SGD, evaluation and cross-model losses
 for all clients at once (:mod:`.train`, :mod:`.pool`), and the plain per-client path they
 are checked against (:mod:`.reference`)."""

@@ -1,4 +1,4 @@
-"""Functional forward passes of the SPEC §2 models on parameter dicts.
+"""Functional forward passes of the docs/algorithms.md models on parameter dicts.
 
 Two forms:
 
@@ -41,7 +41,7 @@ Params = dict[str, torch.Tensor]
 
 
 def mlp_forward(p: Params, x: torch.Tensor) -> torch.Tensor:
-    """One client's MLP (SPEC §2): x [B, *input] -> logits [B, K]."""
+    """One client's MLP (docs/algorithms.md): x [B, *input] -> logits [B, K]."""
     h = torch.flatten(x, 1)
     h = F.relu(F.linear(h, p["fc1.weight"], p["fc1.bias"]))
     h = F.relu(F.linear(h, p["fc2.weight"], p["fc2.bias"]))
@@ -49,7 +49,7 @@ def mlp_forward(p: Params, x: torch.Tensor) -> torch.Tensor:
 
 
 def cnn_forward(p: Params, x: torch.Tensor) -> torch.Tensor:
-    """One client's CNN (SPEC §2): x [B, C_in, H, W] -> logits [B, K]."""
+    """One client's CNN (docs/algorithms.md): x [B, C_in, H, W] -> logits [B, K]."""
     h = F.max_pool2d(F.relu(F.conv2d(x, p["conv1.weight"], p["conv1.bias"])), 2)
     h = F.max_pool2d(F.relu(F.conv2d(h, p["conv2.weight"], p["conv2.bias"])), 2)
     h = F.relu(F.conv2d(h, p["conv3.weight"], p["conv3.bias"]))
@@ -99,7 +99,7 @@ def dense_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Ten
     y [C, B].  For every client c and parameter w:
     ``bufs[w][c] <- beta * bufs[w][c] + d L_c / d w[c]`` with ``L_c`` the mean
     cross-entropy of client c's batch (the momentum update of
-    ``torch.optim.SGD``, SPEC §3).  Returns the losses [C].
+    ``torch.optim.SGD``, docs/algorithms.md).  Returns the losses [C].
 
     The weight gradients ``delta^T a`` are computed by ``baddbmm_`` straight
     into the momentum buffers, so no gradient tensor is ever stored; the same
@@ -134,7 +134,7 @@ def mlp_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Tenso
 
 
 def logreg_forward(p: Params, x: torch.Tensor) -> torch.Tensor:
-    """One client's multinomial logistic regression (SPEC §2): x [B, *input] -> logits [B, K]."""
+    """One client's multinomial logistic regression (docs/algorithms.md): x [B, *input] -> logits [B, K]."""
     return F.linear(torch.flatten(x, 1), p["fc1.weight"], p["fc1.bias"])
 
 

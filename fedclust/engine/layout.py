@@ -3,7 +3,7 @@
 Every client's model is one row of a single contiguous buffer; the layers
 are slices of that row, in ``module.named_parameters()`` order.  ``views``
 gives per-layer views (no copy), so an optimizer step on the views updates
-the buffer in place, and averaging/gossip (SPEC §4) is a plain matrix
+the buffer in place, and averaging/gossip (docs/algorithms.md) is a plain matrix
 product on the buffer.
 """
 

@@ -1,5 +1,5 @@
 """Losses of peer models on each client's own training set, grouped by client
-(the loss similarity of SPEC §4, papers/001 Eq. 3).
+(the loss similarity of docs/algorithms.md, PANM paper Eq. 3).
 
 ``pool_losses(models, ..., peers)`` returns ``L[c, s]``, the mean
 cross-entropy of ``models[peers[c, s]]`` on client c's whole training set.
@@ -56,7 +56,7 @@ def pool_chunk(layout: ParamLayout, x: torch.Tensor, m: int) -> int:
 @torch.no_grad()
 def mlp_pool_losses(models: torch.Tensor, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor,
                     peers: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
-    """:func:`pool_losses` for the MLP of SPEC §2 (fc1, fc2, fc3 with ReLU)."""
+    """:func:`pool_losses` for the MLP of docs/algorithms.md (fc1, fc2, fc3 with ReLU)."""
     C, m = peers.shape
     N = x.shape[1]
     p = layout.views(models)

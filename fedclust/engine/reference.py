@@ -1,4 +1,4 @@
-"""The plain path of SPEC §3: one ``nn.Module`` and one ``torch.optim.SGD``
+"""The plain path of docs/algorithms.md: one ``nn.Module`` and one ``torch.optim.SGD``
 per client, trained one client after the other on the same batches as
 :func:`fedclust.engine.train.train_round`.
 

@@ -1,4 +1,4 @@
-"""Vectorized local training and evaluation of many clients (SPEC §3).
+"""Vectorized local training and evaluation of many clients (docs/algorithms.md).
 
 The C clients of a process are the rows of one flat buffer ``[C, P]``
 (:class:`~fedclust.engine.layout.ParamLayout`); every step trains all
@@ -51,7 +51,7 @@ GPU_MEMORY_SHARE = 4  # a quarter of the device memory
 
 @dataclass
 class TrainSettings:
-    """Local SGD of one round (SPEC §3)."""
+    """Local SGD of one round (docs/algorithms.md)."""
 
     lr: float
     momentum: float = 0.9
@@ -158,7 +158,7 @@ def sgd_momentum_(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: l
 
 def _batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size: int):
     """The round's batches (x [C, b, ...], y [C, b]): consecutive slices of
-    each epoch's per-client order (SPEC §3), gathered for all clients at once."""
+    each epoch's per-client order (docs/algorithms.md), gathered for all clients at once."""
     rows = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
     for epoch in range(orders.shape[0]):
         for start in range(0, x.shape[1], batch_size):
@@ -239,7 +239,7 @@ def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> 
 def train_round(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
                 orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None = None,
                 mu: float = 0.0) -> torch.Tensor:
-    """One round of local SGD for every client (SPEC §3), in place on ``flat`` [C, P].
+    """One round of local SGD for every client (docs/algorithms.md), in place on ``flat`` [C, P].
 
     x [C, N, *input], y [C, N]; orders [epochs, C, N]: client c's sample order
     in each epoch (:func:`fedclust.rng.batch_orders`), cut into consecutive
@@ -288,7 +288,7 @@ def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Te
 def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
              chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Accuracy in [0, 1] and mean cross-entropy [C] of model c on its own
-    x[c] [N, ...], y[c] (SPEC §6), all clients at once; ``chunk`` samples
+    x[c] [N, ...], y[c] (docs/algorithms.md), all clients at once; ``chunk`` samples
     per client per pass (default: sized from memory)."""
     _check_data(flat, layout, x, y)
     c, n = y.shape
@@ -308,7 +308,7 @@ def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor
 def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
                 owner: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of models[m] [M, P] on the whole training set of
-    client owner[m] (x [C, N, ...], y [C, N]) -> [M] (SPEC §4 loss similarity)."""
+    client owner[m] (x [C, N, ...], y [C, N]) -> [M] (docs/algorithms.md loss similarity)."""
     if models.dim() != 2 or models.shape[1] != layout.numel:
         raise ValueError(f"models must be [M, P={layout.numel}], got shape {tuple(models.shape)}")
     owner = owner.to(device=x.device, dtype=torch.long)
