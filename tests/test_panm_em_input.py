@@ -41,10 +41,11 @@ def test_em_input_values_by_hand():
         loss_em_input(sim, "loss")
 
 
-def plain_em(y, in_a):
+def plain_em(y, in_a, tied=False):
     """Reference hard-assignment EM for two 1-D Gaussians, one value at a time
-    (population variances floored at 1e-3 * Var(y) + 1e-12, ties to A); returns
-    the indices in the higher-mean component."""
+    (population variances floored at 1e-3 * Var(y) + 1e-12; tied: both use the
+    count-weighted mean of the two, floored; ties to A); returns the indices in
+    the higher-mean component."""
     m = len(y)
     mu = sum(y) / m
     floor = 1e-3 * sum((v - mu) ** 2 for v in y) / m + 1e-12
@@ -60,6 +61,8 @@ def plain_em(y, in_a):
         if not a or not b:
             break
         (na, ma, va), (nb, mb, vb) = stats(a), stats(b)
+        if tied:
+            va = vb = max((na * va + nb * vb) / (na + nb), floor)
 
         def logp(v, cnt, mean, var):
             return math.log(cnt / m) - 0.5 * math.log(2 * math.pi * var) - (v - mean) ** 2 / (2 * var)
@@ -72,20 +75,22 @@ def plain_em(y, in_a):
     return sorted(a if stats(a)[1] >= stats(b)[1] else b)
 
 
-def test_plain_em_on_the_hand_values():
+@pytest.mark.parametrize("tied", [False, True])
+def test_plain_em_on_the_hand_values(tied):
     inv = [1.0 / f for f in SAME + OTHER]
     neg = [-f for f in SAME + OTHER]
-    assert plain_em(inv, range(5)) == [0, 1]            # 1/F: only the two near-self peers
-    assert plain_em(neg, range(5)) == [0, 1, 2, 3, 4]   # -F: all five neighbours
+    assert plain_em(inv, range(5), tied) == [0, 1]            # 1/F: only the two near-self peers
+    assert plain_em(neg, range(5), tied) == [0, 1, 2, 3, 4]   # -F: all five neighbours
 
 
-def test_em_on_inverse_splits_the_cluster_em_on_neg_loss_keeps_it():
+@pytest.mark.parametrize("variance", ["separate", "tied"])
+def test_em_on_inverse_splits_the_cluster_em_on_neg_loss_keeps_it(variance):
     """Hand-worked: on 1/F = (100, 50, 3.3, 2.9, 2.5 | 0.5 .. 0.36) the two near-self
     values form the high component by themselves and three same-cluster neighbours
     are dropped; on -F = (-0.01 .. -0.4 | -2.0 .. -2.8) the neighbours stay together."""
     neighbors, cand, sample, sim = hand_case()
-    new_inv, failed_inv = hnm_update(neighbors, cand, sample, loss_em_input(sim, "inverse"))
-    new_neg, failed_neg = hnm_update(neighbors, cand, sample, loss_em_input(sim, "neg_loss"))
+    new_inv, failed_inv = hnm_update(neighbors, cand, sample, loss_em_input(sim, "inverse"), variance=variance)
+    new_neg, failed_neg = hnm_update(neighbors, cand, sample, loss_em_input(sim, "neg_loss"), variance=variance)
     assert failed_inv.tolist() == [False] and failed_neg.tolist() == [False]
     assert torch.nonzero(new_inv[0]).flatten().tolist() == [1, 2]            # list collapses to 2
     assert torch.nonzero(new_neg[0]).flatten().tolist() == [1, 2, 3, 4, 5]   # N kept
@@ -108,13 +113,13 @@ def loss_table():
     return table
 
 
-def run_panm_loss(em_input, rounds=2):
+def run_panm_loss(em_input, rounds=2, em_variance="tied"):
     """T1 = 1, k = 4, l = 9 >= n - 1: CNI ranks everyone (list = the 4 same-cluster
     peers) and HNM samples all of N and all non-neighbours, so nothing is random."""
     cfg = Config()
     cfg.algorithm.k, cfg.algorithm.l, cfg.algorithm.tau = K, N - 1, 1
     cfg.stage1_rounds = 1
-    cfg.panm.em_input = em_input
+    cfg.panm.em_input, cfg.panm.em_variance = em_input, em_variance
     alg = make_panm_loss(cfg)
     ids = torch.arange(N)
     table = loss_table()
@@ -133,10 +138,11 @@ def run_panm_loss(em_input, rounds=2):
     return out
 
 
-def test_panm_loss_stage_two_by_em_input():
+@pytest.mark.parametrize("em_variance", ["separate", "tied"])
+def test_panm_loss_stage_two_by_em_input(em_variance):
     same = [[j for j in range(N) if j // 5 == i // 5 and j != i] for i in range(N)]
     for em_input in ("neg_loss", "inverse"):
-        one, two = run_panm_loss(em_input)
+        one, two = run_panm_loss(em_input, em_variance=em_variance)
         for i in range(N):   # CNI: top 4 by 1/F = the 4 same-cluster peers, either way
             assert torch.nonzero(one.neighbors[i]).flatten().tolist() == same[i]
         assert not two.hnm_failed.any()
