@@ -41,13 +41,12 @@ class PanmConfig:
     # "inverse" y = 1/F_i(w_j), papers/001's literal similarity.  CNI ranks by 1/F under either (same order).
     # panm_grad ignores it: its similarity is a cosine, not a loss.
     em_input: str = "neg_loss"
-    # The variances of HNM's two Gaussians: "tied" (default: one pooled within-component sigma for both,
-    # so clusters found stay found) or "separate" (papers/001 Eq. 15: one sigma per component); see
-    # docs/algorithms.md, PANM, departure 4.
-    em_variance: str = "tied"
+    # The variances of HNM's two Gaussians: "separate" (default, the PANM paper's Eq. 15: one sigma per
+    # component) or "tied" (one pooled within-component sigma for both); see docs/algorithms.md, PANM.
+    em_variance: str = "separate"
     # panm_grad: the weight of the update cosine cos(Delta_i, Delta_j) in the similarity HNM's EM runs on in
     # stage two (CNI uses algorithm.alpha).  0 (default): the weight cosine alone, since in stage two the update
-    # cosine carries no cluster signal and only noise (docs/algorithms.md, PANM, departure 5); papers/001 uses
+    # cosine carries no cluster signal and only noise (docs/algorithms.md, PANM, departure 4); the PANM paper uses
     # its alpha = 0.5 in both stages.
     hnm_alpha: float = 0.0
 

@@ -87,7 +87,7 @@ class PANM:
     name: str = "panm_loss"
     gathers_before: bool = False
     em_input: str = "neg_loss"   # panm_loss: "neg_loss" (EM on -F) | "inverse" (EM on 1/F); grad: unused
-    em_variance: str = "tied"    # HNM's Gaussians: "tied" (one pooled sigma) | "separate" sigma per component
+    em_variance: str = "separate"  # HNM's Gaussians: "separate" sigma per component | "tied" (one pooled sigma)
     hnm_alpha: float = 0.0       # panm_grad: weight of the update cosine in the similarity HNM's EM runs on
 
     def init(self, ctx: Context) -> PanmState:
