@@ -1,4 +1,4 @@
-"""Config sections of the centralized methods (SPEC §5), one per method,
+"""Config sections of the centralized methods (docs/algorithms.md), one per method,
 named as the papers name their hyperparameters; defaults are the papers'
 where a paper gives one (each line says where it comes from).
 
@@ -18,15 +18,15 @@ class PensConfig:
     # What counts as "chosen" in stage one and how often a peer must be chosen to join the fixed list
     # (fedclust/algorithms/pens.py):
     # "reference": times a peer was in the top k, kept when above k*T1/(n-1) - 1, as the PENS reference
-    #   code (Karlsson & Onoszko) counts (SPEC §4);
-    # "selected": the same counts against ceil(T1*(l+k)/n), the threshold papers/001 §4.2 quotes;
+    #   code (Karlsson & Onoszko) counts (docs/algorithms.md);
+    # "selected": the same counts against ceil(T1*(l+k)/n), the threshold PANM paper §4.2 quotes;
     # "drawn_and_selected": times drawn as a candidate plus times selected, against ceil(T1*(l+k)/n),
     #   whose expectation under random choice is exactly T1*(l+k)/n.
     count: str = "reference"
     # A fixed list that comes out empty: "last_topk" keeps the last stage-one top k (not in the papers);
     # "alone": stays empty and the client trains alone, as the reference code does.
     empty_list: str = "last_topk"
-    # Peers drawn from the fixed list each stage-two round; 0 means algorithm.k (SPEC §4).  The reference
+    # Peers drawn from the fixed list each stage-two round; 0 means algorithm.k (docs/algorithms.md).  The reference
     # code draws 20 (all of the list if shorter).
     stage2_neighbours: int = 0
 
@@ -37,8 +37,8 @@ PENS_EMPTY_LISTS = ("last_topk", "alone")
 
 @dataclass
 class PanmConfig:
-    # What HNM's EM runs on for panm_loss (SPEC §4): "neg_loss" (default) y = -F_i(w_j), the negative loss;
-    # "inverse" y = 1/F_i(w_j), papers/001's literal similarity.  CNI ranks by 1/F under either (same order).
+    # What HNM's EM runs on for panm_loss (docs/algorithms.md): "neg_loss" (default) y = -F_i(w_j), the negative loss;
+    # "inverse" y = 1/F_i(w_j), PANM paper's literal similarity.  CNI ranks by 1/F under either (same order).
     # panm_grad ignores it: its similarity is a cosine, not a loss.
     em_input: str = "neg_loss"
     # The variances of HNM's two Gaussians: "separate" (default, the PANM paper's Eq. 15: one sigma per
@@ -61,7 +61,7 @@ def check_panm_em_input(em_input) -> None:
 
     if em_input not in PANM_EM_INPUTS:
         raise ConfigError("panm.em_input", em_input, f"use one of {', '.join(PANM_EM_INPUTS)} (what PANMLoss's "
-                          "HNM runs its EM on: neg_loss = -F, the default; inverse = 1/F as papers/001 writes it)")
+                          "HNM runs its EM on: neg_loss = -F, the default; inverse = 1/F as PANM paper writes it)")
 
 
 def check_panm_em_variance(em_variance) -> None:
@@ -93,14 +93,14 @@ def check_pens(pens, clients: int) -> None:
 @dataclass
 class FedProxConfig:
     # FedProx's proximal weight; Li et al. (MLSys 2020) tune it over {0.001, 0.01, 0.1, 1}
-    # per data set and name no single default.  Also FedGrouProx's mu (papers/003 §IV-A).
+    # per data set and name no single default.  Also FedGrouProx's mu (FedGroup paper §IV-A).
     mu: float = 0.01
 
 
 @dataclass
 class IfcaConfig:
-    clusters: int = 2            # c, the number of cluster models (papers/002; papers/001 Table 5 sets c = true clusters)
-    # papers/002 restarts Algorithm 1 from several random inits ("a few restarts suffice"; 10 in its
+    clusters: int = 2            # c, the number of cluster models (IFCA paper; PANM paper Table 5 sets c = true clusters)
+    # IFCA paper restarts Algorithm 1 from several random inits ("a few restarts suffice"; 10 in its
     # success-rate runs).  The run tries each for restart_rounds rounds, one after the other, and goes on
     # with the one of lowest IFCA objective mean_i min_j F_i(theta_j) (fedclust/algorithms/ifca.py).
     restarts: int = 3
@@ -109,7 +109,7 @@ class IfcaConfig:
 
 @dataclass
 class CflConfig:
-    eps1: float = 0.4            # split when the mean update norm is below eps1 ... (CFL reference code, SPEC §5)
+    eps1: float = 0.4            # split when the mean update norm is below eps1 ... (CFL reference code, docs/algorithms.md)
     eps2: float = 1.6            # ... and the largest client update norm above eps2
     gamma_max: float = 0.5       # split kept only if gamma_max < sqrt((1 - max cross-half cosine)/2) (CFL Alg. 1)
     warmup: int = 20             # rounds before the first split is considered (CFL reference code: round > 20)
@@ -118,18 +118,18 @@ class CflConfig:
 
 @dataclass
 class FedGroupConfig:
-    groups: int = 2              # m, the number of groups (papers/003 uses 3-5 per data set; 2 = SPEC's default clusters)
-    pretrain_scale: int = 20     # alpha: alpha * m clients are pre-trained for the cold start (papers/003 §IV-A)
-    inter_lr: float = 0.01       # eta_g, the inter-group aggregation rate (papers/003 §IV-A)
-    # FedGrouProx's proximal weight is fedprox.mu (papers/003: "mu as recommended by FedProx")
+    groups: int = 2              # m, the number of groups (FedGroup paper uses 3-5 per data set; 2 = the default number of clusters)
+    pretrain_scale: int = 20     # alpha: alpha * m clients are pre-trained for the cold start (FedGroup paper §IV-A)
+    inter_lr: float = 0.01       # eta_g, the inter-group aggregation rate (FedGroup paper §IV-A)
+    # FedGrouProx's proximal weight is fedprox.mu (FedGroup paper: "mu as recommended by FedProx")
 
 
 @dataclass
 class FpfcConfig:
-    # papers/004 gives no values for lambda, xi, rho; it asks nu in [xi, 0.5] and uses SCAD's a.
+    # FPFC paper gives no values for lambda, xi, rho; it asks nu in [xi, 0.5] and uses SCAD's a.
     # Its Theorem 1 needs rho > max(2*lam/xi, 2/(a-1), ...), enforced (fpfc.check_theorem1).  lam/xi
     # fixes the bound: lam/xi = 4 gives rho > 8, and rho = 10 keeps the local proximal step stable at
-    # the SPEC's lr (0.08, momentum 0.9: lr*rho = 0.8; rho = 20 diverged).  nu = xi, the lower end of
+    # the the default lr (0.08, momentum 0.9: lr*rho = 0.8; rho = 20 diverged).  nu = xi, the lower end of
     # the paper's range.  lam = 2 units of round 1's update (about 0.6 in absolute units on Synthetic):
     # on configs/synthetic_cluster4.yaml with data.synthetic_inputs=shared these find the 4 clusters
     # (ARI 1); with FedProx's per-client inputs no setting tried does (README, "FPFC's defaults").
@@ -137,7 +137,7 @@ class FpfcConfig:
     a: float = 3.7               # SCAD's a (Fan & Li 2001)
     xi: float = 0.5              # xi < lambda: width of the smooth surrogate
     rho: float = 10.0            # ADMM penalty, also the local proximal weight; > max(2 lam/xi, 2/(a-1))
-    nu: float = 0.5              # ||theta_ij|| <= nu puts i and j in one cluster (papers/004: nu in [xi, 0.5])
+    nu: float = 0.5              # ||theta_ij|| <= nu puts i and j in one cluster (FPFC paper: nu in [xi, 0.5])
     scale_to_model: bool = True  # read lam, xi, nu in units of round 1's mean update norm
 
 
@@ -147,7 +147,7 @@ class FpfcConfig:
 
 def model_spec(cfg) -> tuple[str, tuple[int, ...], int]:
     """(architecture, input shape of one sample, classes) of a run, as the
-    runner builds the model (SPEC §2)."""
+    runner builds the model (docs/algorithms.md)."""
     from fedclust.data import NUM_CLASSES
     from fedclust.data.sources import INPUT_SHAPES
     from fedclust.models import default_arch
@@ -255,7 +255,7 @@ def validate_methods(cfg) -> None:
                               "e.g. the number of clusters you expect (data.num_clusters)")
         r, t0 = cfg.ifca.restarts, cfg.ifca.restart_rounds
         if r < 1:
-            raise ConfigError("ifca.restarts", r, "must be >= 1 (1: one initialisation, papers/002 Algorithm 1 as is)")
+            raise ConfigError("ifca.restarts", r, "must be >= 1 (1: one initialisation, IFCA paper Algorithm 1 as is)")
         if r > 1 and t0 < 1:
             raise ConfigError("ifca.restart_rounds", t0, "must be >= 1: the rounds each restart runs before "
                               "they are compared")
@@ -301,7 +301,7 @@ def validate_methods(cfg) -> None:
             raise ConfigError("fpfc.xi", f.xi, f"the surrogate width must lie in (0, fpfc.lam = {f.lam})")
         from fedclust.algorithms.fpfc import check_theorem1
 
-        check_theorem1(f.lam, f.a, f.xi, f.rho)   # rho > max(2 lam/xi, 2/(a-1)), papers/004 Theorem 1
+        check_theorem1(f.lam, f.a, f.xi, f.rho)   # rho > max(2 lam/xi, 2/(a-1)), FPFC paper Theorem 1
         _finite("fpfc.nu", f.nu, "the cluster threshold must be a finite number >= 0 (paper: in [xi, 0.5])",
                 strict=False)
         check_fpfc_memory(cfg)

@@ -1,7 +1,7 @@
 """CFL server math: Sattler, Müller & Samek, "Clustered Federated Learning:
 Model-Agnostic Distributed Multitask Optimization Under Privacy
-Constraints", IEEE TNNLS 2021, arXiv 1910.01991 (named in papers/003 and
-papers/004), as SPEC §5 fixes it.
+Constraints", IEEE TNNLS 2021, arXiv 1910.01991 (named in FedGroup paper and
+FPFC paper), as docs/algorithms.md fixes it.
 
 One model per cluster, starting with one cluster.  After the warm-up, a
 cluster c is split in two when both halves of the paper's test hold.
