@@ -4,7 +4,7 @@
 # rotations {0°, 180°}, l = 10, k = 5, 300 rounds), then the results table.
 #
 #   SEEDS="0 1 2" OUT=runs/fmnist bash bench/reproduce_fmnist.sh           # everything
-#   SET=p2p bash bench/reproduce_fmnist.sh      # the seven of Table 2, and PENS counting draws too
+#   SET=p2p bash bench/reproduce_fmnist.sh      # the seven of Table 2, and PENS's two other counts
 #   SET=central bash bench/reproduce_fmnist.sh  # FedAvg, IFCA (c = 2), CFL, FedGroup, FPFC
 #   SET=custom SPECS_LINES=$'cfl-e3.2 algorithm.name=cfl cfl.eps2=3.2\n...' bash bench/reproduce_fmnist.sh
 #
@@ -25,7 +25,8 @@ export OUT THREADS EXTRA FEDCLUST
 # TAG [KEY=VALUE ...]: TAG names the run directory and its label in the table
 P2P=("panm_loss algorithm.name=panm_loss" "pens algorithm.name=pens" "panm_grad algorithm.name=panm_grad"
      "random algorithm.name=random" "oracle algorithm.name=oracle" "fixtopology algorithm.name=fixtopology"
-     "local algorithm.name=local" "pens[drawn_and_selected] algorithm.name=pens pens.count=drawn_and_selected")
+     "local algorithm.name=local" "pens[drawn_and_selected] algorithm.name=pens pens.count=drawn_and_selected"
+     "pens[selected] algorithm.name=pens pens.count=selected")
 CENTRAL=("fpfc algorithm.name=fpfc" "ifca algorithm.name=ifca ifca.clusters=2" "fedavg algorithm.name=fedavg"
          "cfl algorithm.name=cfl" "fedgroup algorithm.name=fedgroup")
 case $SET in
