@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from fedclust import rng
@@ -410,9 +411,6 @@ def test_hnm_alpha_weights_the_update_cosine_of_stage_two_only():
             assert torch.allclose(state.last_similarity[~eye], want[~eye].float(), atol=1e-6), (hnm_alpha, t)
     cfg = config()
     cfg.panm.hnm_alpha = 1.5
-    try:
+    with pytest.raises(ConfigError) as exc:
         make_panm_grad(cfg)
-    except ConfigError as exc:
-        assert exc.field == "panm.hnm_alpha"
-    else:
-        raise AssertionError("panm.hnm_alpha = 1.5 accepted")
+    assert exc.value.field == "panm.hnm_alpha"
