@@ -27,6 +27,7 @@ from fedclust.errors import DivergenceError
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
 from fedclust.models import build_model, default_arch
 from fedclust.outputs import RunWriter, check_out, default_out
+from fedclust.progress import make_progress
 
 
 def initial_weights(arch: str, input_shape, num_classes: int, seed: int):
@@ -187,9 +188,7 @@ def _stage1_arrays(fabric, n, state, counts) -> dict:
 
 
 def _progress(cfg):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=cfg.rounds, desc=cfg.algorithm.name, unit="round", disable=not cfg.progress)
+    return make_progress(cfg.rounds, cfg.algorithm.name, cfg.progress)
 
 
 def _evaluate_round(fabric, cfg, data, ctx, layout, arch, flat, result, traffic, t, all_train_loss, seconds):
