@@ -184,6 +184,18 @@ def test_separate_variances_take_the_recorded_wrong_candidate_tied_do_not():
     assert plain_em(RECORDED_S + RECORDED_C, init[0], tied=True)[0] == tied.high[0].tolist()
 
 
+def assert_batched_equals_plain(rows, inits, variance):
+    """The batched EM against :func:`plain_em`, row by row."""
+    res, valid = run_em(rows, inits, variance)
+    for i, (ys, a) in enumerate(zip(rows, inits)):
+        high, empty, assign = plain_em(ys, a, tied=variance == "tied")
+        assert bool(res.empty[i]) == empty, i
+        assert res.assign_a[i, :len(ys)].tolist() == assign, i
+        if not empty:
+            assert res.high[i, :len(ys)].tolist() == high, i
+        assert not (res.high[i] & ~valid[i]).any()
+
+
 def test_batched_tied_em_equals_plain_loop():
     g = torch.Generator().manual_seed(7)
     rows, inits = [], []
@@ -195,13 +207,7 @@ def test_batched_tied_em_equals_plain_loop():
         vals = torch.randn(m, generator=g, dtype=torch.float64) * scale + gap * hi
         rows.append([float(v) for v in vals])
         inits.append([bool(v) for v in (torch.rand(m, generator=g) < 0.5)])
-    res, valid = run_em(rows, inits, "tied")
-    for i, (ys, a) in enumerate(zip(rows, inits)):
-        high, empty, assign = plain_em(ys, a, tied=True)
-        assert bool(res.empty[i]) == empty, i
-        assert res.assign_a[i, :len(ys)].tolist() == assign, i
-        if not empty:
-            assert res.high[i, :len(ys)].tolist() == high, i
+    assert_batched_equals_plain(rows, inits, "tied")
 
 
 def test_batched_em_equals_plain_loop():
@@ -220,14 +226,7 @@ def test_batched_em_equals_plain_loop():
         inits.append(init)
     rows[1] = []                                             # no values at all
     inits[1] = []
-    res, valid = run_em(rows, inits)
-    for i, (ys, a) in enumerate(zip(rows, inits)):
-        high, empty, assign = plain_em(ys, a)
-        assert bool(res.empty[i]) == empty, i
-        assert res.assign_a[i, :len(ys)].tolist() == assign, i
-        if not empty:
-            assert res.high[i, :len(ys)].tolist() == high, i
-        assert not (res.high[i] & ~valid[i]).any()
+    assert_batched_equals_plain(rows, inits, "separate")
 
 
 # ---------------------------------------------------------------- HNM step
