@@ -1,0 +1,55 @@
+"""Record the golden metrics of a short run of every registered algorithm.
+
+    python tests/golden/record.py            # writes tests/golden/<algorithm>.jsonl
+
+tests/test_golden.py runs the same runs and compares every number (wall
+times aside).  Re-record only on a deliberate change of results, and say so
+in the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# Small enough for CI, long enough that every algorithm's stages, restarts and splits happen.
+GOLDEN_OVERRIDES = [
+    "data.name=synthetic", "model=mlp", "data.train_size=40", "data.test_size=20", "data.num_clusters=2",
+    "clients=8", "rounds=8", "stage1_rounds=4", "algorithm.k=2", "algorithm.l=3", "seed=3",
+    "ifca.restart_rounds=2", "cfl.warmup=2", "fedgroup.pretrain_scale=2", "progress=false", "figures=false",
+]
+WALL_TIME_KEYS = ("round_seconds",)
+
+
+def golden_run(name: str, out: Path) -> list[dict]:
+    from fedclust.config import load_config
+    from fedclust.runner import prepare, run
+
+    cfg = load_config(None, GOLDEN_OVERRIDES + [f"algorithm.name={name}", f"out={out}"])
+    run(cfg, prepare(cfg))
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in WALL_TIME_KEYS} for r in lines]
+
+
+def algorithm_names() -> list[str]:
+    from fedclust.algorithms import registry
+
+    return registry.names()
+
+
+def main() -> int:
+    names = sys.argv[1:] or algorithm_names()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            lines = golden_run(name, Path(tmp) / name)
+            (HERE / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+            print(f"{name}: {len(lines)} rounds, final accuracy {lines[-1]['accuracy']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
