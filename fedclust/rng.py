@@ -8,23 +8,34 @@ int64 arithmetic with explicit masking, identical on CPU and GPU.
 
 from __future__ import annotations
 
+import zlib
+
 import torch
 
 _MASK = 0xFFFFFFFF
 
-# Named streams keep independent purposes apart.
-STREAMS = {
-    "batch": 1,
-    "neighbors": 2,
-    "candidates": 3,
-    "fixed": 4,
-    "samples": 5,
-    "participation": 6,
-    "hnm_candidates": 7,
-    "hnm_sample": 8,
-    "pens": 9,
-    "init": 10,
+# Named streams keep independent purposes apart.  A stream's number is
+# derived from its name (:func:`stream_id`); the names below keep the numbers
+# they had before names were hashed, so that earlier results reproduce exactly.
+_FROZEN_IDS = {
+    "batch": 1, "neighbors": 2, "candidates": 3, "fixed": 4, "samples": 5, "participation": 6,
+    "hnm_candidates": 7, "hnm_sample": 8, "pens": 9, "init": 10,
+    "kmeans": 101, "ifca_init": 110, "cold_start": 111,
+    # fedclust.data.synthetic (101 is shared with "kmeans": kept as it was, the draws are keyed differently)
+    "synthetic_u": 101, "synthetic_w": 102, "synthetic_b": 103, "synthetic_client_b": 104, "synthetic_v": 105,
+    "synthetic_x": 106,
 }
+
+
+def stream_id(name: str) -> int:
+    """The stream number of ``name``: its frozen number where it has one,
+    else a 31-bit hash of the name (CRC-32, the same on every machine) with
+    the top bit set, so that new names never collide with the frozen ones."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a random stream is named by a non-empty string, got {name!r}")
+    if name in _FROZEN_IDS:
+        return _FROZEN_IDS[name]
+    return (zlib.crc32(name.encode()) & 0x7FFFFFFF) | 0x40000000
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
@@ -41,10 +52,10 @@ def _as_long(v, device) -> torch.Tensor:
     return torch.as_tensor(v, dtype=torch.int64, device=device)
 
 
-def hash_ints(seed: int, round_: int, stream: str | int, client, index) -> torch.Tensor:
+def hash_ints(seed: int, round_: int, stream: str, client, index) -> torch.Tensor:
     """32-bit hash (as int64 in [0, 2**32)) of the key, broadcast over
     ``client`` and ``index`` tensors."""
-    s = STREAMS[stream] if isinstance(stream, str) else int(stream)
+    s = stream_id(stream)
     client = torch.as_tensor(client, dtype=torch.int64)
     device = client.device
     index = _as_long(index, device)
@@ -56,7 +67,7 @@ def hash_ints(seed: int, round_: int, stream: str | int, client, index) -> torch
     return h
 
 
-def uniform(seed: int, round_: int, stream: str | int, client, index) -> torch.Tensor:
+def uniform(seed: int, round_: int, stream: str, client, index) -> torch.Tensor:
     """float64 uniforms in [0, 1), one per broadcast (client, index) pair."""
     return hash_ints(seed, round_, stream, client, index).to(torch.float64) / 2.0**32
 

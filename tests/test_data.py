@@ -476,7 +476,7 @@ def test_synthetic_labels_follow_cluster_model():
 
 
 def test_synthetic_distributions():
-    z = synthetic.normals(3, 999, torch.arange(4), 5000).flatten().numpy()
+    z = synthetic.normals(3, "test_normals", torch.arange(4), 5000).flatten().numpy()
     assert stats.kstest(z, "norm").pvalue > 1e-3
     dim, m = 8, 20000
     ids = torch.tensor([4])
@@ -506,3 +506,17 @@ def test_synthetic_shared_inputs_share_one_mean_and_keep_the_labelling():
         assert torch.equal(shared.train_y[c], want)
     with pytest.raises(ConfigError, match="data.synthetic_inputs"):
         check_data(syn_cfg(synthetic_inputs="common"), 6)
+
+
+def test_stream_ids_come_from_names():
+    from fedclust import rng
+
+    assert rng.stream_id("batch") == 1 and rng.stream_id("kmeans") == 101   # frozen: results reproduce
+    new = rng.stream_id("my_algorithm_draws")
+    assert new == rng.stream_id("my_algorithm_draws") and new >= 0x40000000   # stable, never a frozen number
+    assert new != rng.stream_id("my_algorithm_draws2")
+    import zlib
+
+    assert new == (zlib.crc32(b"my_algorithm_draws") & 0x7FFFFFFF) | 0x40000000
+    with pytest.raises(ValueError):
+        rng.stream_id(7)

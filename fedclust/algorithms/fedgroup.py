@@ -87,8 +87,8 @@ from fedclust.algorithms.ifca import cluster_average
 from fedclust.errors import ConfigError
 
 EPS = 1e-12
-KMEANS_STREAM = 101          # rng stream id of the K-means++ seeding draws (not in rng.STREAMS)
-COLD_START_STREAM = 111      # rng stream id of the cold-start subset S (Alg. 3 l. 2)
+KMEANS_STREAM = "kmeans"         # rng stream of the K-means++ seeding draws
+COLD_START_STREAM = "cold_start"  # rng stream of the cold-start subset S (Alg. 3 l. 2)
 N_DIRECTIONS = 3             # "ternary": three base directions (Alg. 3 l. 7)
 
 

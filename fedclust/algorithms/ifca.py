@@ -60,7 +60,7 @@ from fedclust import rng
 from fedclust.algorithms.base import Context, RoundPlan, RoundView
 from fedclust.algorithms.fedavg import check_weights, own, participants, server_result
 
-INIT_STREAM = 110   # rng stream id of the cluster models' init seeds (not in rng.STREAMS)
+INIT_STREAM = "ifca_init"   # rng stream of the cluster models' init seeds
 
 
 def assign_clusters(losses: torch.Tensor) -> torch.Tensor:

@@ -44,11 +44,12 @@ from fedclust import rng
 
 NUM_CLASSES = 10
 
-# rng streams of the generator (integers outside fedclust.rng.STREAMS' range)
-STREAM_U, STREAM_W, STREAM_B, STREAM_CLIENT_B, STREAM_V, STREAM_X = 101, 102, 103, 104, 105, 106
+# rng streams of the generator
+STREAM_U, STREAM_W, STREAM_B, STREAM_CLIENT_B, STREAM_V, STREAM_X = (
+    "synthetic_u", "synthetic_w", "synthetic_b", "synthetic_client_b", "synthetic_v", "synthetic_x")
 
 
-def normals(seed: int, stream: int, keys: torch.Tensor, count: int) -> torch.Tensor:
+def normals(seed: int, stream: str, keys: torch.Tensor, count: int) -> torch.Tensor:
     """[len(keys), count] float64 standard normals, row r a pure function of
     (seed, stream, keys[r]); Box–Muller on two counter-based uniforms each."""
     keys = torch.as_tensor(keys, dtype=torch.int64)
