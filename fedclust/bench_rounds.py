@@ -22,13 +22,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fedclust.config import load_config
+from fedclust.runner import run
+
 DEFAULT_ALGORITHMS = "random,panm_grad,panm_loss"
 
 
 def time_algorithm(config: str, name: str, rounds: int, stage1: int, overrides: list[str]) -> dict[str, list[float]]:
     """Round seconds of one run, split into stage one (after round 1) and stage two."""
-    from fedclust.config import load_config
-    from fedclust.runner import run
 
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "run")

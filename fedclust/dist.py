@@ -76,3 +76,19 @@ def gather_parts(fabric, parts: list[torch.Tensor], n: int) -> list[torch.Tensor
     widths = [p.shape[1] for p in parts]
     gathered = gather_rows(fabric, torch.cat(parts, dim=1), n)
     return [g.contiguous() for g in torch.split(gathered, widths, dim=1)]
+
+
+def available_memory(device: str) -> tuple[int, str]:
+    """(bytes free, where) on the device a run would use: the CUDA device's
+    free memory, else /proc/meminfo's MemAvailable."""
+    import torch
+
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()   # this rank's GPU
+        free, _ = torch.cuda.mem_get_info(index)
+        return int(free), f"GPU {index} ({torch.cuda.get_device_name(index)})"
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, "host memory (MemAvailable)"
+    raise OSError("/proc/meminfo has no MemAvailable line")

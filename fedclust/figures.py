@@ -20,6 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fedclust.algorithms import registry
+from fedclust.theory import cni_probabilities
+
 
 def _plt():
     import matplotlib
@@ -146,11 +149,9 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg) -> list[str]:
                        f"{name}: neighbour lists, round {summary['rounds_completed']}")
         written.append("neighbor_graph.png")
     stage1 = [x for x in records if x.get("stage") == 1 and x.get("neighbor_precision") is not None]
-    if stage1 and name in ("panm_loss", "panm_grad", "pens"):
+    if stage1 and registry.get(cfg.algorithm.name).stage_one_figures:
         theory = None
         try:
-            from fedclust.theory import cni_probabilities
-
             a = cfg.clients // cfg.data.num_clusters
             theory = cni_probabilities(cfg.clients, a, cfg.algorithm.l, cfg.algorithm.k, cfg.stage1_rounds)
         except Exception:  # theory needs an even split etc.; the measured curve still stands alone

@@ -26,6 +26,9 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from fedclust.data import NUM_CLASSES
+from fedclust.data.sources import INPUT_SHAPES
+from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
 
 ARCHS = ("logreg", "mlp", "cnn")
@@ -107,3 +110,27 @@ def default_arch(data_name: str) -> str:
     """The model docs/algorithms.md pairs with a data set: cnn for cifar10, logreg for
     synthetic, mlp otherwise."""
     return {"cifar10": "cnn", "synthetic": "logreg"}.get(data_name, "mlp")
+
+
+def model_spec(cfg) -> tuple[str, tuple[int, ...], int]:
+    """(architecture, input shape of one sample, classes) of a run's model."""
+    arch = default_arch(cfg.data.name) if cfg.model == "auto" else cfg.model
+    shape = (cfg.data.synthetic_dim,) if cfg.data.name == "synthetic" else INPUT_SHAPES[cfg.data.name]
+    return arch, tuple(shape), NUM_CLASSES
+
+
+def parameter_count(cfg) -> int:
+    """P, the flat parameter count of the run's model."""
+    arch, shape, classes = model_spec(cfg)
+    return sum(p.numel() for p in build_model(arch, shape, classes).parameters())
+
+
+def initial_weights(arch: str, input_shape, num_classes: int, seed: int):
+    """``(layout, w [P])``: the model's default init under ``seed`` (CPU
+    generator, identical on every rank), flat.  The common w0 of all clients
+    (seed = run seed) and IFCA's further cluster inits."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = build_model(arch, input_shape, num_classes)
+    layout = ParamLayout.from_module(module)
+    return layout, layout.flatten(module).detach().clone()

@@ -8,7 +8,7 @@ import math
 import time
 from pathlib import Path
 
-from fedclust import config as config_mod
+from fedclust import schema as config_mod
 from fedclust.errors import ConfigError
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json")

@@ -11,20 +11,22 @@ import json
 import statistics
 from pathlib import Path
 
-# PANM paper Table 2, FMNIST column (docs/results_fmnist.md): mean and std over 3 seeds.
-PAPER_FMNIST = {
-    "local": (76.24, 0.22), "fixtopology": (85.86, 0.17), "random": (85.94, 0.27), "oracle": (87.01, 0.26),
-    "pens": (86.82, 0.11), "panm_loss": (87.33, 0.17), "panm_grad": (86.88, 0.34),
-}
-# FPFC paper Table 1 (clustered Synthetic, m = 100, L = 4): accuracy mean and std over its runs.
-PAPER_SYNTHETIC = {
-    "local": (84.97, 0.06), "fedavg": (30.35, 0.05), "ifca": (60.42, 0.17), "cfl": (86.60, 0.05),
-    "fpfc": (89.46, 0.04),
-}
-# (data set, cluster kind or None for any, number of clusters) -> paper numbers
-PAPERS = {("fmnist", "rotation", 2): PAPER_FMNIST, ("synthetic", None, 4): PAPER_SYNTHETIC}
-ORDER = ["local", "fixtopology", "random", "oracle", "pens", "panm_loss", "panm_grad",
-         "fedavg", "fedprox", "ifca", "cfl", "fedgroup", "fedgrouprox", "fpfc"]
+from fedclust.algorithms import registry
+
+def paper_table() -> dict[tuple, dict[str, tuple[float, float]]]:
+    """(data set, cluster kind or None for any, number of clusters) -> {algorithm: (mean, std)}, from
+    what each registered algorithm declares (``paper_results``): PANM paper Table 2's Fashion-MNIST column
+    (docs/results_fmnist.md), FPFC paper Table 1 (clustered Synthetic, m = 100, L = 4)."""
+    table: dict[tuple, dict] = {}
+    for cls in registry.classes():
+        for key, numbers in cls.paper_results.items():
+            table.setdefault(key, {})[cls.name] = numbers
+    return table
+
+
+def _position(name: str) -> float:
+    classes = {c.name: c for c in registry.classes()}
+    return classes[name].report_position if name in classes else float("inf")
 
 
 def load_runs(dirs) -> list[dict]:
@@ -53,7 +55,8 @@ def setting(run: dict) -> tuple[str, str, int]:
 def paper_numbers(run: dict) -> dict:
     """The paper's numbers for the run's setting ({} where no paper reports it)."""
     data, kind, k = setting(run)
-    return PAPERS.get((data, kind, k)) or PAPERS.get((data, None, k)) or {}
+    papers = paper_table()
+    return papers.get((data, kind, k)) or papers.get((data, None, k)) or {}
 
 
 def _setting_text(key: tuple[str, str, int]) -> str:
@@ -72,10 +75,9 @@ def _fmt(m, s, digits=2):
     return "" if m is None else f"{m:.{digits}f} ±{s:.{digits}f}"
 
 
-def _order(label: str) -> tuple[int, str]:
-    """Table order: ORDER by algorithm name (a label's first word), then the label."""
-    base = label.split()[0].split("[")[0]
-    return (ORDER.index(base) if base in ORDER else 99, label)
+def _order(label: str) -> tuple[float, str]:
+    """Table order: the algorithm's declared ``report_position`` (a label's first word names it), then the label."""
+    return (_position(label.split()[0].split("[")[0]), label)
 
 
 def table(runs: list[dict]) -> str:

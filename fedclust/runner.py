@@ -17,7 +17,7 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms import registry
-from fedclust.algorithms.base import Context, RoundView, as_round_algorithm
+from fedclust.algorithms.base import Context, RoundView
 from fedclust.data import load_federated
 from fedclust.dist import gather_parts, gather_rows, make_fabric, shard_bounds
 from fedclust.engine.layout import ParamLayout
@@ -25,19 +25,9 @@ from fedclust.engine.pool import pool_losses
 from fedclust.engine.train import TrainSettings, evaluate, pair_losses, train_round
 from fedclust.errors import DivergenceError
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
-from fedclust.models import build_model, default_arch
+from fedclust.models import default_arch, initial_weights
 from fedclust.outputs import RunWriter, check_out, default_out
 from fedclust.progress import make_progress
-
-
-def initial_weights(arch: str, input_shape, num_classes: int, seed: int):
-    """The common w0 of all clients: the model's default init under ``seed``
-    (CPU generator, identical on every rank)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        module = build_model(arch, input_shape, num_classes)
-    layout = ParamLayout.from_module(module)
-    return layout, layout.flatten(module).detach().clone()
 
 
 def prepare(cfg) -> str:
@@ -72,7 +62,7 @@ def run(cfg, out: str | None = None) -> dict:
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=data.clusters.to(device), seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0, device=device, pair_loss=pair_loss,
                   pool_loss=pool_loss)
-    algo = as_round_algorithm(registry.build(cfg))
+    algo = registry.build(cfg)
     state = algo.init(ctx)
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)

@@ -5,9 +5,12 @@ import pytest
 import torch
 
 from fedclust.algorithms.base import Context, RoundView
-from fedclust.algorithms.baselines import Local, Oracle, RandomPeers
+from fedclust.algorithms.fixtopology import FixTopology
+from fedclust.algorithms.local import Local
+from fedclust.algorithms.oracle import Oracle
+from fedclust.algorithms.random_peers import RandomPeers
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, neighbor_precision_recall
-from fedclust.mixing import gossip, mixing_matrix
+from fedclust.algorithms.aggregation import gossip, mixing_matrix
 
 
 def make_ctx(n=12, ids=None, clusters=None, seed=3):
@@ -32,7 +35,7 @@ def test_random_draws_k_others_and_changes_each_round():
 
 
 def test_fixtopology_keeps_its_draw():
-    ctx, algo = make_ctx(), RandomPeers(k=3, fixed=True)
+    ctx, algo = make_ctx(), FixTopology(k=3)
     state = algo.init(ctx)
     _, m1 = algo.select(state, ctx, view(1))
     _, m2 = algo.select(state, ctx, view(7))
@@ -59,7 +62,7 @@ def test_oracle_fewer_peers_than_k_takes_all():
     assert m[2].sum() == 3
 
 
-@pytest.mark.parametrize("algo", [RandomPeers(k=3), RandomPeers(k=3, fixed=True), Oracle(k=3)])
+@pytest.mark.parametrize("algo", [RandomPeers(k=3), FixTopology(k=3), Oracle(k=3)])
 def test_draws_do_not_depend_on_sharding(algo):
     """Rows computed for all clients equal rows computed for two shards."""
     full_ctx = make_ctx()

@@ -24,10 +24,11 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
 from fedclust import rng
-from fedclust.algorithms import cfl, fedavg, fedgroup, fpfc, ifca
+from fedclust.algorithms import aggregation, cfl, fedavg, fedgroup, fpfc, ifca
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.config import load_config
-from fedclust.config_methods import check_fpfc_memory, fpfc_memory_need, parameter_count
+from fedclust.algorithms.fpfc import check_fpfc_memory, fpfc_memory_need
+from fedclust.models import parameter_count
 from fedclust.data import load_federated
 from fedclust.errors import ConfigError
 from fedclust.metrics import adjusted_rand_index
@@ -175,10 +176,10 @@ def test_participants_match_a_plain_draw():
         for share in (0.1, 0.3, 0.5, 0.99):
             keys = [float(rng.uniform(seed, t, "participation", torch.tensor(i), 0)) for i in range(n)]
             want = sorted(range(n), key=lambda i: keys[i])[:max(1, math.ceil(share * n - 1e-9))]
-            got = fedavg.participants(seed, t, n, share)
+            got = aggregation.participants(seed, t, n, share)
             assert sorted(got.nonzero().flatten().tolist()) == sorted(want)
-    assert fedavg.participants(seed, 1, n, 1.0).all()
-    assert int(fedavg.participants(seed, 1, 10, 0.3).sum()) == 3   # 0.3 * 10 is 3.0000000000000004
+    assert aggregation.participants(seed, 1, n, 1.0).all()
+    assert int(aggregation.participants(seed, 1, 10, 0.3).sum()) == 3   # 0.3 * 10 is 3.0000000000000004
 
 
 def test_fedavg_object_ignores_non_participants():
@@ -190,9 +191,9 @@ def test_fedavg_object_ignores_non_participants():
     assert torch.equal(plan.start, torch.zeros(2, P)) and torch.equal(plan.anchor, plan.start) and plan.mu == 0.3
     after = torch.randn(n, P, generator=torch.Generator().manual_seed(0))
     state, res = algo.aggregate(state, ctx, RoundView(round=1, before=plan.start, after=after[2:4], all_after=after))
-    active = fedavg.participants(ctx.seed, 1, n, 0.5)
+    active = aggregation.participants(ctx.seed, 1, n, 0.5)
     want = sum(after[i] for i in range(n) if active[i]) / int(active.sum())
-    assert torch.allclose(state, want) and torch.allclose(res.models, want.expand(2, -1))
+    assert torch.allclose(state.model, want) and torch.allclose(res.models, want.expand(2, -1))
     assert res.received.tolist() == [float(active[2]), float(active[3])]
     assert res.server_received == res.server_sent == 3
 
@@ -279,7 +280,7 @@ def test_cfl_absent_members_of_a_split_pick_a_half_next_round():
     state = algo.init(ctx)
     state, _ = algo.aggregate(state, ctx, RoundView(round=1, before=torch.zeros(n, P), after=torch.zeros(n, P),
                                                      all_after=torch.zeros(n, P), all_before=torch.zeros(n, P)))
-    active = fedavg.participants(ctx.seed, 2, n, 0.5)
+    active = aggregation.participants(ctx.seed, 2, n, 0.5)
     on = active.nonzero().flatten().tolist()
     off = (~active).nonzero().flatten().tolist()
     updates = torch.zeros(n, P)
@@ -305,7 +306,7 @@ def test_cfl_absent_members_of_a_split_pick_a_half_next_round():
     state3, res3 = algo.aggregate(state3, ctx, RoundView(round=3, before=plan.start, after=after, all_after=after,
                                                         all_before=plan.start.clone()))
     assert [int(res3.assignment[i]) for i in off] == wants and (state3.pending == -1).all()
-    active3 = fedavg.participants(ctx.seed, 3, n, 0.5)
+    active3 = aggregation.participants(ctx.seed, 3, n, 0.5)
     want_received = [2.0 if i in off else float(active3[i]) for i in range(n)]
     assert res3.received.tolist() == want_received
 
@@ -376,7 +377,7 @@ def test_fedgroup_cold_start_and_newcomers_against_plain_loops():
 
 def test_fedgrouprox_trains_with_the_proximal_term_towards_the_group_model():
     ctx = fake_ctx(4, 3)
-    algo = fedgroup.FedGroup(groups=2, pretrain_scale=2, mu=0.1, name="fedgrouprox")
+    algo = fedgroup.FedGrouProx(groups=2, pretrain_scale=2, mu=0.1)
     state = algo.init(ctx)
     state.groups = torch.tensor([[1.0, 0, 0], [0, 1.0, 0]])
     state.assignment = torch.tensor([1, 0, -1, 1])

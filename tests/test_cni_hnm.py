@@ -11,9 +11,20 @@ from fedclust.algorithms.cni import cni_step, draw_candidates, top_k_in_mask
 from fedclust.algorithms.hnm import (
     VAR_FLOOR_ABS, VAR_FLOOR_REL, draw_average, em_two_gaussians, hnm_draw, hnm_update, pooled_variance,
 )
-from fedclust.algorithms.panm import PanmState, make_panm_grad, make_panm_loss
+from fedclust.algorithms.panm import PANMGrad, PANMLoss, PanmState
 from fedclust.config import Config
 from fedclust.errors import ConfigError
+
+
+def make_panm_loss(cfg):
+    PANMLoss.check(cfg)
+    return PANMLoss.from_config(cfg)
+
+
+def make_panm_grad(cfg):
+    PANMGrad.check(cfg)
+    return PANMGrad.from_config(cfg)
+
 
 # ---------------------------------------------------------------- top k, CNI
 
@@ -330,7 +341,12 @@ def test_factories_and_refusals():
     loss, grad = make_panm_loss(config()), make_panm_grad(config())
     assert (loss.name, loss.gathers_before) == ("panm_loss", False)
     assert (grad.name, grad.gathers_before) == ("panm_grad", True)
-    for field, cfg in [("stage1_rounds", config(T1=0)), ("algorithm.tau", config(tau=0)),
+    from fedclust.config import load_config
+
+    with pytest.raises(ConfigError) as exc:      # tau is a core key: checked with the others
+        load_config(None, ["algorithm.name=panm_loss", "algorithm.tau=0"])
+    assert exc.value.field == "algorithm.tau"
+    for field, cfg in [("stage1_rounds", config(T1=0)),
                        ("algorithm.k", config(k=0)), ("algorithm.l", config(l=0))]:
         try:
             make_panm_loss(cfg)

@@ -189,7 +189,7 @@ def test_inter_group_aggregate_edge_cases():
     Z = torch.tensor([[0.0, 0.0], [3.0, 4.0]])                        # a zero model adds nothing
     out = inter_group_aggregate(Z, 0.5)
     assert torch.allclose(out[1], Z[1]) and torch.allclose(out[0], (0.5 * torch.tensor([0.6, 0.8])) / (1 + 0.5 / 5))
-    with pytest.raises(ConfigError, match="algorithm.eta_g"):
+    with pytest.raises(ConfigError, match="fedgroup.inter_lr"):
         inter_group_aggregate(W, -1.0)
 
 

@@ -184,8 +184,8 @@ def test_pairwise_state_bytes():
     assert theta.numel() * 4 + v.numel() * 4 == fpfc.pairwise_state_bytes(7, 5)
 
 
-@pytest.mark.parametrize("kw,field", [(dict(lam=0.0), "algorithm.lam"), (dict(a=1.0), "algorithm.a"),
-                                      (dict(xi=1.5), "algorithm.xi"), (dict(rho=0.3), "algorithm.rho")])
+@pytest.mark.parametrize("kw,field", [(dict(lam=0.0), "fpfc.lam"), (dict(a=1.0), "fpfc.a"),
+                                      (dict(xi=1.5), "fpfc.xi"), (dict(rho=0.3), "fpfc.rho")])
 def test_bad_hyperparameters(kw, field):
     p = dict(lam=LAM, a=A, xi=XI, rho=RHO) | kw
     with pytest.raises(ConfigError, match=field):
@@ -236,7 +236,7 @@ def test_check_theorem1_names_field_value_and_fix():
 
 def test_default_config_satisfies_theorem1():
     from fedclust.config import load_config
-    from fedclust.config_methods import FpfcConfig
+    from fedclust.algorithms.fpfc import FpfcConfig
 
     f = FpfcConfig()
     assert f.rho > fpfc.theorem1_rho_bound(f.lam, f.a, f.xi)

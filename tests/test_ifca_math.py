@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from fedclust.algorithms.ifca import assign_clusters, cluster_average, cluster_counts
+from fedclust.algorithms.aggregation import cluster_average, cluster_counts
+from fedclust.algorithms.ifca import assign_clusters
 
 
 def test_assign_by_hand_ties_and_nan():
@@ -136,7 +137,7 @@ def test_restart_inits_are_keyed_on_seed_and_restart():
     r2 = cluster_inits(w0, 2, 11, "logreg", (3,), 4, restart=2)
     assert torch.equal(r0[0], w0)
     for k in range(2):
-        s = int(rng.hash_ints(11, 2, 110, torch.tensor(k), 0))
+        s = int(rng.hash_ints(11, 2, "ifca_init", torch.tensor(k), 0))
         assert torch.equal(r2[k], model_init("logreg", (3,), 4, s))
     assert not torch.equal(r2[0], w0) and not torch.equal(r0, r2)
     assert torch.equal(r2, cluster_inits(w0, 2, 11, "logreg", (3,), 4, restart=2))   # a pure function

@@ -7,11 +7,22 @@ import torch
 
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.algorithms.hnm import hnm_update
-from fedclust.algorithms.panm import make_panm_grad, make_panm_loss
+from fedclust.algorithms.panm import PANMGrad, PANMLoss
 from fedclust.algorithms.similarity import NOT_COMPUTED, loss_em_input
 from fedclust.config import Config
-from fedclust.config_methods import validate_methods
+from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
+
+
+def make_panm_loss(cfg):
+    PANMLoss.check(cfg)
+    return PANMLoss.from_config(cfg)
+
+
+def make_panm_grad(cfg):
+    PANMGrad.check(cfg)
+    return PANMGrad.from_config(cfg)
+
 
 # Hand-made losses F_i(w_j) of one client: its five neighbours (all same-cluster) and
 # five candidates (all from the other cluster).  Two neighbours are nearly equal to the
@@ -165,8 +176,6 @@ def test_em_input_config():
         with pytest.raises(ConfigError) as err:
             make(cfg)
         assert err.value.field == "panm.em_input" and "neg_loss" in str(err.value)
-    cfg.algorithm.name = "panm_loss"
     with pytest.raises(ConfigError):
-        validate_methods(cfg)
-    cfg.algorithm.name = "pens"        # other methods ignore the panm section
-    validate_methods(cfg)
+        registry.get("panm_loss").check(cfg)
+    registry.get("pens").check(cfg)     # other methods ignore the panm section

@@ -7,9 +7,15 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.base import Context, RoundView
-from fedclust.algorithms.pens import PensState, fixed_list, make_pens, pens_reference_threshold, pens_threshold
+from fedclust.algorithms.pens import PENS, PensState, fixed_list, pens_reference_threshold, pens_threshold
 from fedclust.config import Config
 from fedclust.errors import ConfigError
+
+
+def make_pens(cfg):
+    PENS.check(cfg)
+    return PENS.from_config(cfg)
+
 
 N, T1, L, K, SEED = 12, 6, 4, 2, 11
 

@@ -1,9 +1,10 @@
 """What an algorithm sees and returns each round.
 
-Peer-to-peer algorithms (fedjax style: ``init`` and ``select`` with the
-hyperparameters closed over) choose, for each of this rank's clients, whom
-to average with; the runner turns that choice into one mixing-matrix
-product over the gathered weights (docs/algorithms.md).
+Every algorithm derives from :class:`Algorithm` (one file each, registered
+by name, its config section and facilities declared as class attributes).
+Peer-to-peer ones (:class:`PeerAlgorithm`) choose, for each of this rank's
+clients, whom to average with; the base turns that choice into one
+mixing-matrix product over the gathered weights (docs/algorithms.md).
 
 Neighbour sets are bool masks ``[C, n]``: row c is this rank's client
 ``ctx.client_ids[c]``, column j is global client j.  Never True on the
@@ -12,10 +13,14 @@ diagonal (a client is never its own neighbour).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
 
 import torch
+
+from fedclust.algorithms.aggregation import gossip
+from fedclust.errors import ConfigError
 
 
 @dataclass
@@ -65,21 +70,6 @@ class RoundView:
     all_before: torch.Tensor | None = None  # [n, P], only if the algorithm sets gathers_before
 
 
-class PeerAlgorithm(Protocol):
-    name: str
-    gathers_before: bool
-
-    def init(self, ctx: Context) -> Any:
-        """The algorithm's state before round 1."""
-
-    def select(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, torch.Tensor]:
-        """New state and the bool [C, n] mask of whom each client averages with this round."""
-
-    def neighbor_list(self, state: Any, averaged: torch.Tensor) -> torch.Tensor:
-        """The bool [C, n] neighbour list scored by precision and recall (docs/algorithms.md).
-        ``averaged`` is this round's mask from ``select``."""
-
-
 @dataclass
 class RoundPlan:
     """What each of this rank's clients trains from in a round."""
@@ -103,60 +93,178 @@ class RoundResult:
     server_sent: int = 0                        # models the server sent this round
 
 
-class RoundAlgorithm(Protocol):
-    """The runner's view of any algorithm (peer-to-peer ones through
-    ``PeerRound``): plan the round's local training, then aggregate."""
-
-    name: str
-    gathers_before: bool
-
-    def init(self, ctx: Context) -> Any: ...
-
-    def plan(self, state: Any, ctx: Context, round_: int, models: torch.Tensor) -> tuple[Any, RoundPlan]: ...
-
-    def aggregate(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, RoundResult]: ...
+def server_result(ctx: Context, models: torch.Tensor, assignment: torch.Tensor, received: torch.Tensor,
+                  uploads: int) -> RoundResult:
+    """RoundResult of a server round: ``models [C, P]`` held (and evaluated)
+    by this rank's clients, ``assignment [n]``, ``received [n]`` models each
+    client got from the server this round (replicated; this rank's rows are
+    reported), ``uploads`` models the server received."""
+    return RoundResult(models=models.contiguous(), assignment=assignment.to(torch.int64),
+                       received=received[ctx.client_ids.to(received.device)].to(torch.float64),
+                       server_received=int(uploads), server_sent=int(received.sum()))
 
 
-@dataclass
-class PeerRound:
-    """Adapts a PeerAlgorithm: train from the held models, then the gossip
-    average (docs/algorithms.md) as one mixing-matrix product.
+# ----------------------------------------------------------------------------
+# Algorithm state: per-client rows and replicated server state
 
-    A client receives the models of every peer it averages with and of every
-    peer whose similarity it computes (``contacted``, if the algorithm has it)."""
 
-    peer: Any
+def client_rows(**kwargs):
+    """A state dataclass field whose rows are this rank's clients (``[C, ...]``
+    tensors, or None): checkpoints gather them from every rank and hand each
+    row back to whichever rank holds that client on resume.  Other fields
+    are server state, replicated on every rank and saved once."""
+    return field(metadata={"rows": "client"}, **kwargs)
 
-    @property
-    def name(self) -> str:
-        return self.peer.name
 
-    @property
-    def gathers_before(self) -> bool:
-        return self.peer.gathers_before
+def _is_client_field(f) -> bool:
+    return f.metadata.get("rows") == "client"
+
+
+def split_state(state) -> tuple[dict, dict]:
+    """``(client rows, server state)`` of a state: a dataclass (fields marked
+    :func:`client_rows` are rows), or None."""
+    if state is None:
+        return {}, {}
+    if not dataclasses.is_dataclass(state):
+        raise TypeError(f"algorithm state must be a dataclass or None to be saved, got {type(state).__name__}; "
+                        "override Algorithm.state_dict / load_state_dict")
+    rows, server = {}, {}
+    for f in dataclasses.fields(state):
+        (rows if _is_client_field(f) else server)[f.name] = getattr(state, f.name)
+    return rows, server
+
+
+# ----------------------------------------------------------------------------
+# The algorithm base
+
+
+class Algorithm:
+    """One algorithm: subclass, declare, register (:func:`registry.register`).
+
+    Declared (class attributes, read by the config checks, the runner, the
+    figures and the report; none is a name in a central list):
+
+    - ``name``: the ``algorithm.name`` that selects it.
+    - ``sections``: ``{section name: dataclass}`` of its config keys; each
+      dataclass has defaults and ``validate(self, cfg)`` raising ConfigError
+      with the real key (``fpfc.lam``).  A section may be shared by name.
+    - ``needs_k``, ``needs_l``, ``needs_stages``: it uses ``algorithm.k``,
+      ``algorithm.l``, a stage one of ``stage1_rounds`` rounds.
+    - ``gathers_before``: the round's gather also carries the models before
+      local training (``view.all_before``).
+    - ``topology``: "peer" (clients average with peers) or "server".
+    - ``stage_one_figures``: stage-one similarity and precision figures apply.
+    - ``paper_results``: ``{(data, cluster kind or None, clusters): (mean, std)}``
+      accuracy a paper reports, and ``report_position``, its row in
+      ``fedclust report``'s table.
+
+    The round: :meth:`init` the state, then each round :meth:`plan` (what
+    each client trains from) and :meth:`aggregate` (after the gather).
+    State is a dataclass whose per-client fields are :func:`client_rows`,
+    or None; :meth:`state_dict` / :meth:`load_state_dict` save and restore it.
+    """
+
+    name: ClassVar[str] = ""
+    sections: ClassVar[dict] = {}
+    needs_k: ClassVar[bool] = False
+    needs_l: ClassVar[bool] = False
+    needs_stages: ClassVar[bool] = False
+    gathers_before: bool = False
+    topology: ClassVar[str] = "server"
+    stage_one_figures: ClassVar[bool] = False
+    paper_results: ClassVar[dict] = {}
+    report_position: ClassVar[float] = 1000.0   # where fedclust report's table lists it (lower first)
+
+    @classmethod
+    def from_config(cls, cfg) -> "Algorithm":
+        """The algorithm object for a validated config."""
+        raise NotImplementedError(f"{cls.__name__} must define from_config(cfg)")
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        """Refuse a config this algorithm cannot run with: its declared needs
+        and its sections' own checks.  Override to add more (call super)."""
+        a, n = cfg.algorithm, cfg.clients
+        if cls.needs_k:
+            if a.k < 1:
+                raise ConfigError("algorithm.k", a.k, f"{cls.name} averages with k >= 1 neighbours")
+            if a.k >= n:
+                raise ConfigError("algorithm.k", a.k, f"must be smaller than clients ({n}): at most {n - 1}")
+        if cls.needs_l:
+            if a.l < 1:
+                raise ConfigError("algorithm.l", a.l, f"{cls.name} draws l >= 1 candidates per round")
+            if a.l > n - 1:
+                raise ConfigError("algorithm.l", a.l,
+                                  f"must be at most clients - 1 = {n - 1} (candidates are other clients)")
+        if cls.needs_stages and not 1 <= cfg.stage1_rounds <= cfg.rounds:
+            raise ConfigError("stage1_rounds", cfg.stage1_rounds,
+                              f"{cls.name} needs 1 <= stage1_rounds <= rounds ({cfg.rounds}): stage two starts "
+                              "from stage one's neighbour list")
+        for section in cls.sections:
+            getattr(cfg, section).validate(cfg)
+
+    # -- the round -------------------------------------------------------
 
     def init(self, ctx: Context) -> Any:
-        return self.peer.init(ctx)
+        """The state before round 1 (None: stateless)."""
+        return None
 
-    def plan(self, state, ctx: Context, round_: int, models: torch.Tensor):
+    def plan(self, state: Any, ctx: Context, round_: int, models: torch.Tensor) -> tuple[Any, "RoundPlan"]:
+        """What each of this rank's clients trains from; default: the models it holds."""
         return state, RoundPlan(start=models)
 
-    def aggregate(self, state, ctx: Context, view: RoundView):
-        from fedclust.mixing import gossip
+    def aggregate(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, "RoundResult"]:
+        raise NotImplementedError(f"{type(self).__name__} must define aggregate (or derive from PeerAlgorithm)")
 
-        state, averaged = self.peer.select(state, ctx, view)
+    # -- checkpoints -----------------------------------------------------
+
+    def state_dict(self, state: Any) -> dict:
+        """``{"clients": {field: [C, ...] rows}, "server": {field: value}}``."""
+        rows, server = split_state(state)
+        return {"clients": rows, "server": server}
+
+    def load_state_dict(self, ctx: Context, saved: dict) -> Any:
+        """The state from :meth:`state_dict`'s output with this rank's rows
+        (``saved["clients"]`` already holds only ``ctx.client_ids``' rows, on
+        ``ctx.device``)."""
+        template = self.init(ctx)
+        if template is None:
+            return None
+        return dataclasses.replace(template, **saved["clients"], **saved["server"])
+
+
+class PeerAlgorithm(Algorithm):
+    """Peer-to-peer: each client trains from the model it holds, then
+    :meth:`select` chooses whom it averages with, and the gossip average
+    (docs/algorithms.md) is one mixing-matrix product.  A client receives
+    the models of every peer it averages with and of every peer whose
+    similarity it computes (:meth:`contacted`)."""
+
+    topology: ClassVar[str] = "peer"
+
+    def select(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, torch.Tensor]:
+        """New state and the bool [C, n] mask of whom each client averages with this round."""
+        raise NotImplementedError(f"{type(self).__name__} must define select")
+
+    def neighbor_list(self, state: Any, averaged: torch.Tensor) -> torch.Tensor:
+        """The bool [C, n] neighbour list scored by precision and recall; default: this round's ``averaged``."""
+        return averaged
+
+    def contacted(self, state: Any, round_: int) -> torch.Tensor | None:
+        """Bool [C, n]: peers whose models a client fetched this round beyond
+        those it averages with (e.g. to rank candidates); default: none."""
+        return None
+
+    def aggregate(self, state: Any, ctx: Context, view: RoundView):
+        state, averaged = self.select(state, ctx, view)
         contacted = averaged
-        if hasattr(self.peer, "contacted"):
-            contacted = contacted | self.peer.contacted(state, view.round)
+        extra = self.contacted(state, view.round)
+        if extra is not None:
+            contacted = contacted | extra
         contacted = contacted & ~ctx.self_mask
         return state, RoundResult(
             models=gossip(averaged, ctx.self_mask, view.all_after),
-            lists=self.peer.neighbor_list(state, averaged),
+            lists=self.neighbor_list(state, averaged),
             averaged=averaged,
             received=contacted.sum(1),
         )
-
-
-def as_round_algorithm(algo) -> RoundAlgorithm:
-    """Peer algorithms (with ``select``) are wrapped; others pass through."""
-    return PeerRound(algo) if hasattr(algo, "select") else algo

@@ -92,9 +92,9 @@ import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
-from fedclust.algorithms.base import Context, RoundPlan, RoundView
-from fedclust.algorithms.fedavg import check_weights, own, participants, server_result
-from fedclust.algorithms.ifca import cluster_average
+from fedclust.algorithms.aggregation import check_weights, cluster_average, own, participants
+from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
+from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
 
 EPS = 1e-12  # as the CFL reference code: cos = <a,b> / (‖a‖‖b‖ + 1e-12)
@@ -253,7 +253,31 @@ def split_cluster(updates: torch.Tensor) -> tuple[torch.Tensor, float]:
 
 
 @dataclass
-class Cfl:
+class CflConfig:
+    """The ``cfl`` section."""
+
+    eps1: float = DEFAULT_EPS1   # split when the mean update norm is below eps1 ... (CFL reference code)
+    eps2: float = DEFAULT_EPS2   # ... and the largest client update norm above eps2
+    gamma_max: float = DEFAULT_GAMMA_MAX  # split kept only if gamma_max < sqrt((1 - max cross-half cosine)/2)
+    warmup: int = 20             # rounds before the first split is considered (CFL reference code: round > 20)
+    scale_to_model: bool = True  # read eps1/eps2 in units of (round-1 mean update norm)/3.2, the reference's u_1
+
+    def validate(self, cfg) -> None:
+        check_thresholds(self.eps1, self.eps2)
+        if not self.eps1 < self.eps2:
+            raise ConfigError("cfl.eps1", self.eps1, f"must be below cfl.eps2 = {self.eps2}: a cluster splits when "
+                              "its mean update is small (< eps1) while some client's is large (> eps2)")
+        check_gamma_max(self.gamma_max)
+        if self.warmup < 0:
+            raise ConfigError("cfl.warmup", self.warmup, "must be >= 0 rounds (CFL's reference code: 20)")
+        if self.warmup >= cfg.rounds:
+            raise ConfigError("cfl.warmup", self.warmup, f"must be below rounds = {cfg.rounds}, or CFL never "
+                              "splits; lower cfl.warmup or raise rounds")
+
+
+@register
+@dataclass
+class Cfl(Algorithm):
     """CFL round (module docstring)."""
 
     eps1: float = DEFAULT_EPS1
@@ -262,7 +286,17 @@ class Cfl:
     warmup: int = 20
     scale_to_model: bool = True
     participation: float = 1.0
-    name: str = "cfl"
+
+    name = "cfl"
+    report_position = 10
+    sections = {"cfl": CflConfig}
+    paper_results = {("synthetic", None, 4): (86.60, 0.05)}
+
+    @classmethod
+    def from_config(cls, cfg) -> "Cfl":
+        c = cfg.cfl
+        return cls(eps1=c.eps1, eps2=c.eps2, gamma_max=c.gamma_max, warmup=c.warmup,
+                   scale_to_model=c.scale_to_model, participation=cfg.participation)
 
     def __post_init__(self):
         check_thresholds(self.eps1, self.eps2)
@@ -337,9 +371,3 @@ class Cfl:
         state = CflState(models=models, labels=labels, pending=pending, reference_norm=reference, splits=splits,
                          checks=checks)
         return state, server_result(ctx, models[own(ctx, labels)], labels, received, int(active.sum()))
-
-
-def make_cfl(cfg) -> Cfl:
-    c = cfg.cfl
-    return Cfl(eps1=c.eps1, eps2=c.eps2, gamma_max=c.gamma_max, warmup=c.warmup, scale_to_model=c.scale_to_model,
-               participation=cfg.participation)

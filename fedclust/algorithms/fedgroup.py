@@ -81,9 +81,10 @@ from dataclasses import dataclass
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.base import Context, RoundPlan, RoundView
-from fedclust.algorithms.fedavg import check_mu, own, participants, server_result
-from fedclust.algorithms.ifca import cluster_average
+from fedclust.algorithms.aggregation import cluster_average, own, participants
+from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
+from fedclust.algorithms.fedprox import FedProxConfig
+from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
 
 EPS = 1e-12
@@ -266,7 +267,8 @@ def place_newcomers(pre_updates: torch.Tensor, group_updates: torch.Tensor) -> t
 def check_eta_g(eta_g: float) -> float:
     eta_g = float(eta_g)
     if not (eta_g >= 0 and eta_g < float("inf")):
-        raise ConfigError("algorithm.eta_g", eta_g, "FedGroup inter-group learning rate must be finite and >= 0 (paper: 0.01)")
+        raise ConfigError("fedgroup.inter_lr", eta_g, "FedGroup's inter-group learning rate eta_g must be finite "
+                          "and >= 0 (paper: 0.01)")
     return eta_g
 
 
@@ -313,6 +315,31 @@ def cold_start_clients(seed: int, n: int, count: int, device=None) -> torch.Tens
 
 
 @dataclass
+class FedGroupConfig:
+    """The ``fedgroup`` section (FedGrouProx's proximal weight is ``fedprox.mu``:
+    FedGroup paper, "mu as recommended by FedProx")."""
+
+    groups: int = 2              # m, the number of groups (FedGroup paper uses 3-5 per data set; 2 = the default number of clusters)
+    pretrain_scale: int = 20     # alpha: alpha * m clients are pre-trained for the cold start (FedGroup paper §IV-A)
+    inter_lr: float = 0.01       # eta_g, the inter-group aggregation rate (FedGroup paper §IV-A)
+
+    def validate(self, cfg) -> None:
+        n = cfg.clients
+        if not 1 <= self.groups <= n:
+            raise ConfigError("fedgroup.groups", self.groups, f"must lie in [1, clients = {n}]")
+        if self.pretrain_scale < 1:
+            raise ConfigError("fedgroup.pretrain_scale", self.pretrain_scale,
+                              "must be >= 1: alpha * groups clients are pre-trained (paper: 20)")
+        pre = min(self.pretrain_scale * self.groups, n)
+        if pre < max(N_DIRECTIONS, self.groups):
+            raise ConfigError("fedgroup.pretrain_scale", self.pretrain_scale,
+                              f"pre-trains min(alpha * groups, clients) = {pre} clients but the ternary similarity "
+                              f"needs at least {N_DIRECTIONS} and K-means at least groups = {self.groups}; raise it "
+                              "(or clients)")
+        check_eta_g(self.inter_lr)
+
+
+@dataclass
 class FedGroupState:
     groups: torch.Tensor          # [m, P] group models w^(g_j) (replicated)
     group_updates: torch.Tensor   # [m, P] each group's latest update (Eq. 10)
@@ -320,8 +347,9 @@ class FedGroupState:
     assignment: torch.Tensor      # [n] int64 group of every client, -1: not yet in a group
 
 
+@register
 @dataclass
-class FedGroup:
+class FedGroup(Algorithm):
     """FedGroup / FedGrouProx round (FedGroup paper Algorithms 2-4, Eq. 10;
     module docstring)."""
 
@@ -330,12 +358,21 @@ class FedGroup:
     eta_g: float = 0.01
     mu: float = 0.0
     participation: float = 1.0
-    name: str = "fedgroup"
-    gathers_before: bool = False
+
+    name = "fedgroup"
+    report_position = 11
+    sections = {"fedgroup": FedGroupConfig}
+
+    @classmethod
+    def from_config(cls, cfg) -> "FedGroup":
+        g = cfg.fedgroup
+        return cls(groups=g.groups, pretrain_scale=g.pretrain_scale, eta_g=g.inter_lr,
+                   participation=cfg.participation)
 
     def __post_init__(self):
         self.eta_g = check_eta_g(self.eta_g)
-        self.mu = check_mu(self.mu)
+        if not (float(self.mu) >= 0 and float(self.mu) < float("inf")):
+            raise ValueError(f"the proximal weight mu must be a finite number >= 0, got {self.mu}")
 
     def init(self, ctx: Context) -> FedGroupState:
         groups = ctx.w0.detach().expand(self.groups, -1).clone()
@@ -377,13 +414,17 @@ class FedGroup:
                                     active.to(torch.float64), int(active.sum()))
 
 
-def make_fedgroup(cfg) -> FedGroup:
-    g = cfg.fedgroup
-    return FedGroup(groups=g.groups, pretrain_scale=g.pretrain_scale, eta_g=g.inter_lr,
-                    participation=cfg.participation)
+@register
+@dataclass
+class FedGrouProx(FedGroup):
+    """FedGrouProx: FedGroup whose clients add FedProx's proximal term (weight ``fedprox.mu``)."""
 
+    name = "fedgrouprox"
+    report_position = 12
+    sections = {"fedgroup": FedGroupConfig, "fedprox": FedProxConfig}
 
-def make_fedgrouprox(cfg) -> FedGroup:
-    g = cfg.fedgroup
-    return FedGroup(groups=g.groups, pretrain_scale=g.pretrain_scale, eta_g=g.inter_lr, mu=cfg.fedprox.mu,
-                    participation=cfg.participation, name="fedgrouprox")
+    @classmethod
+    def from_config(cls, cfg) -> "FedGrouProx":
+        g = cfg.fedgroup
+        return cls(groups=g.groups, pretrain_scale=g.pretrain_scale, eta_g=g.inter_lr, mu=cfg.fedprox.mu,
+                   participation=cfg.participation)

@@ -78,9 +78,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedclust.algorithms.base import Context, RoundPlan, RoundView
-from fedclust.algorithms.fedavg import own, participants, server_result
+from fedclust.algorithms.aggregation import cluster_average, own, participants
+from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result, client_rows
+from fedclust.algorithms.registry import register
+from fedclust.dist import available_memory, world_from_env
 from fedclust.errors import ConfigError
+from fedclust.models import parameter_count
+from fedclust.schema import finite
 
 CHUNK_ELEMENTS = 2**24      # pairs per chunk × P at most this (64 MB per float32 buffer)
 
@@ -92,13 +96,13 @@ CHUNK_ELEMENTS = 2**24      # pairs per chunk × P at most this (64 MB per float
 def check_penalty(lam: float, a: float, xi: float | None = None, rho: float | None = None) -> None:
     """λ > 0, a > 1, 0 < ξ < λ, ρ(a − 1) > 1 (the θ-step's uniqueness)."""
     if not (float(lam) > 0 and float(lam) < float("inf")):
-        raise ConfigError("algorithm.lam", lam, "SCAD fusion weight lambda must be finite and > 0")
+        raise ConfigError("fpfc.lam", lam, "SCAD fusion weight lambda must be finite and > 0")
     if not (float(a) > 1 and float(a) < float("inf")):
-        raise ConfigError("algorithm.a", a, "SCAD shape a must be > 1 (Fan & Li use 3.7)")
+        raise ConfigError("fpfc.a", a, "SCAD shape a must be > 1 (Fan & Li use 3.7)")
     if xi is not None and not (0 < float(xi) < float(lam)):
-        raise ConfigError("algorithm.xi", xi, f"surrogate width xi must lie in (0, lambda = {lam})")
+        raise ConfigError("fpfc.xi", xi, f"surrogate width xi must lie in (0, lambda = {lam})")
     if rho is not None and not (float(rho) * (float(a) - 1) > 1 and float(rho) < float("inf")):
-        raise ConfigError("algorithm.rho", rho,
+        raise ConfigError("fpfc.rho", rho,
                           f"ADMM rho must satisfy rho*(a-1) > 1, i.e. rho > {1 / (float(a) - 1):.6g} "
                           f"(FPFC paper Theorem 1 asks rho > max(2*lambda/xi, 2/(a-1), ...))")
 
@@ -299,8 +303,6 @@ def clusters_from_theta(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
 def cluster_models(omega: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """``α̂_l = Σ_{i∈Ĝ_l} n_i ω_i / Σ_{i∈Ĝ_l} n_i`` (FPFC paper) → ``[L, P]``,
     L = number of labels; ``weights [n]`` the data sizes (equal when None)."""
-    from fedclust.algorithms.ifca import cluster_average
-
     L = int(labels.max()) + 1 if labels.numel() else 0
     prev = torch.zeros(L, omega.shape[1], dtype=omega.dtype, device=omega.device)
     return cluster_average(omega, labels, L, prev, weights)
@@ -310,29 +312,98 @@ def cluster_models(omega: torch.Tensor, labels: torch.Tensor, weights: torch.Ten
 # Round object
 
 
+def fpfc_memory_need(n: int, P: int, ranks_sharing: int = 1) -> int:
+    """Bytes FPFC holds per run on one memory: θ and v ``[E, P]``
+    (:func:`fedclust.algorithms.fpfc.pairwise_state_bytes`) plus ω and ζ
+    ``[n, P]`` and a few chunk buffers, float32, once per rank that shares
+    the memory (the server state is replicated on every rank)."""
+    per_rank = pairwise_state_bytes(n, P) + 3 * n * P * 4 + 6 * min(CHUNK_ELEMENTS, max(n * (n - 1) // 2, 1) * P) * 4
+    return per_rank * ranks_sharing
+
+
+def check_fpfc_memory(cfg, available: tuple[int, str] | None = None) -> None:
+    """Refuse an FPFC run whose pairwise state would not fit (ConfigError on
+    ``clients`` naming the numbers and the largest client count that fits)."""
+    n, P = cfg.clients, parameter_count(cfg)
+    free, where = available or available_memory(cfg.device)
+    sharing = 1
+    if where.startswith("host"):
+        sharing = world_from_env()[0]   # ranks on this node share its RAM
+    need = fpfc_memory_need(n, P, sharing)
+    if need <= free:
+        return
+    fits = 1
+    while fits < n and fpfc_memory_need(fits + 1, P, sharing) <= free:
+        fits += 1
+    gib = 2.0**30
+    raise ConfigError(
+        "clients", n,
+        f"FPFC keeps theta and v for all n(n-1)/2 = {n * (n - 1) // 2} client pairs: {need / gib:.2f} GiB "
+        f"(n = {n}, P = {P} parameters, float32{f', x{sharing} ranks' if sharing > 1 else ''}) but only "
+        f"{free / gib:.2f} GiB are free in {where}; use at most {fits} clients, a smaller model, "
+        "or a machine with more memory")
+
+
+@dataclass
+class FpfcConfig:
+    """The ``fpfc`` section.
+
+    FPFC paper gives no values for lambda, xi, rho; it asks nu in [xi, 0.5] and uses SCAD's a.  Its Theorem 1
+    needs rho > max(2*lam/xi, 2/(a-1), ...), enforced (:func:`check_theorem1`).  lam/xi fixes the bound:
+    lam/xi = 4 gives rho > 8, and rho = 10 keeps the local proximal step stable at the default lr (0.08,
+    momentum 0.9: lr*rho = 0.8; rho = 20 diverged).  nu = xi, the lower end of the paper's range.  lam = 2
+    units of round 1's update (about 0.6 in absolute units on Synthetic): on configs/synthetic_cluster4.yaml
+    with data.synthetic_inputs=shared these find the 4 clusters (ARI 1); with FedProx's per-client inputs no
+    setting tried does (docs/algorithms.md, FPFC).
+    """
+
+    lam: float = 2.0             # lambda of the SCAD fusion penalty
+    a: float = 3.7               # SCAD's a (Fan & Li 2001)
+    xi: float = 0.5              # xi < lambda: width of the smooth surrogate
+    rho: float = 10.0            # ADMM penalty, also the local proximal weight; > max(2 lam/xi, 2/(a-1))
+    nu: float = 0.5              # ||theta_ij|| <= nu puts i and j in one cluster (FPFC paper: nu in [xi, 0.5])
+    scale_to_model: bool = True  # read lam, xi, nu in units of round 1's mean update norm
+
+    def validate(self, cfg) -> None:
+        check_theorem1(self.lam, self.a, self.xi, self.rho)   # rho > max(2 lam/xi, 2/(a-1)), FPFC paper Theorem 1
+        finite("fpfc.nu", self.nu, "the cluster threshold must be a finite number >= 0 (paper: in [xi, 0.5])",
+               strict=False)
+        check_fpfc_memory(cfg)
+
+
 @dataclass
 class FpfcState:
     omega: torch.Tensor          # [n, P] every client's latest ω (replicated)
-    zeta: torch.Tensor           # [C, P] ζ_i of this rank's clients
-    theta: torch.Tensor          # [E, P] θ_ij, i < j
-    v: torch.Tensor              # [E, P] v_ij
-    scale: float | None          # u_1 (1.0 without scale_to_model); None before round 1
-    labels: torch.Tensor         # [n] int64 clusters read off ‖θ_ij‖ <= ν
+    zeta: torch.Tensor = client_rows()  # [C, P] ζ_i of this rank's clients
+    theta: torch.Tensor = None   # [E, P] θ_ij, i < j
+    v: torch.Tensor = None       # [E, P] v_ij
+    scale: float | None = None   # u_1 (1.0 without scale_to_model); None before round 1
+    labels: torch.Tensor = None  # [n] int64 clusters read off ‖θ_ij‖ <= ν
 
 
+@register
 @dataclass
-class Fpfc:
+class Fpfc(Algorithm):
     """FPFC round (FPFC paper Algorithm 1; module docstring)."""
 
-    lam: float = 2.0             # defaults: fedclust.config_methods.FpfcConfig (FPFC paper Theorem 1)
+    lam: float = 2.0             # defaults: FpfcConfig (FPFC paper Theorem 1)
     a: float = 3.7
     xi: float = 0.5
     rho: float = 10.0
     nu: float = 0.5
     scale_to_model: bool = True
     participation: float = 1.0
-    name: str = "fpfc"
-    gathers_before: bool = False
+
+    name = "fpfc"
+    report_position = 13
+    sections = {"fpfc": FpfcConfig}
+    paper_results = {("synthetic", None, 4): (89.46, 0.04)}
+
+    @classmethod
+    def from_config(cls, cfg) -> "Fpfc":
+        f = cfg.fpfc
+        return cls(lam=f.lam, a=f.a, xi=f.xi, rho=f.rho, nu=f.nu, scale_to_model=f.scale_to_model,
+                   participation=cfg.participation)
 
     def __post_init__(self):
         check_penalty(self.lam, self.a, self.xi, self.rho)
@@ -365,9 +436,3 @@ class Fpfc:
         state = FpfcState(omega=omega, zeta=zeta_own, theta=theta, v=v, scale=scale, labels=labels)
         return state, server_result(ctx, centres[own(ctx, labels)], labels, active.to(torch.float64),
                                     int(active.sum()))
-
-
-def make_fpfc(cfg) -> Fpfc:
-    f = cfg.fpfc
-    return Fpfc(lam=f.lam, a=f.a, xi=f.xi, rho=f.rho, nu=f.nu, scale_to_model=f.scale_to_model,
-                participation=cfg.participation)

@@ -56,9 +56,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+import torch.distributed as dist
+
 from fedclust import rng
-from fedclust.algorithms.base import Context, RoundPlan, RoundView
-from fedclust.algorithms.fedavg import check_weights, own, participants, server_result
+from fedclust.algorithms.aggregation import cluster_average, own, participants
+from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
+from fedclust.algorithms.registry import register
+from fedclust.errors import ConfigError
+from fedclust.models import initial_weights, model_spec
 
 INIT_STREAM = "ifca_init"   # rng stream of the cluster models' init seeds
 
@@ -77,56 +82,13 @@ def assign_clusters(losses: torch.Tensor) -> torch.Tensor:
     return torch.argmin(clean, dim=1)   # torch returns the first minimum: lowest index on ties
 
 
-def cluster_counts(assign: torch.Tensor, K: int, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Total weight (client count when ``weights`` is None) per cluster → ``[K]``."""
-    w = torch.ones(assign.shape[0], dtype=torch.float64, device=assign.device) if weights is None else weights.to(torch.float64)
-    return torch.zeros(K, dtype=torch.float64, device=assign.device).index_add_(0, assign, w)
-
-
-def cluster_average(
-    models: torch.Tensor,
-    assign: torch.Tensor,
-    K: int,
-    previous: torch.Tensor,
-    weights: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Per-cluster (weighted) average of client models → ``[K, P]``
-    (IFCA paper Algorithm 1 option II: ``θ_j ← Σ_{i: ĵ_i=j} n_i θ_i / Σ n_i``).
-
-    ``assign`` int64 ``[C]`` in ``[0, K)``; ``previous`` ``[K, P]`` the cluster
-    models before the round; ``weights`` ``[C]`` ≥ 0 (data sizes), equal when
-    None.  A cluster with no client (or zero total weight) keeps
-    ``previous[j]``.  One ``index_add_`` over clients, no Python loop.
-    """
-    C, P = models.shape
-    if assign.shape != (C,) or assign.dtype != torch.int64:
-        raise ValueError(f"assign must be int64 [{C}], got {assign.dtype} {tuple(assign.shape)}")
-    if previous.shape != (K, P):
-        raise ValueError(f"previous must be [K, P] = [{K}, {P}], got {tuple(previous.shape)}")
-    if C and (assign.min() < 0 or assign.max() >= K):
-        raise ValueError(f"assign values must lie in [0, {K}), got range [{int(assign.min())}, {int(assign.max())}]")
-    w = torch.ones(C, dtype=models.dtype, device=models.device) if weights is None else check_weights(weights, C).to(models.dtype)
-    sums = torch.zeros(K, P, dtype=models.dtype, device=models.device).index_add_(0, assign, models * w[:, None])
-    totals = torch.zeros(K, dtype=models.dtype, device=models.device).index_add_(0, assign, w)
-    filled = totals > 0
-    means = sums / totals.clamp_min(torch.finfo(models.dtype).tiny)[:, None]
-    return torch.where(filled[:, None], means, previous.to(models.dtype))
-
-
 # ----------------------------------------------------------------------------
 # Round object
 
 
 def model_init(arch: str, input_shape, num_classes: int, seed: int) -> torch.Tensor:
-    """Flat default init ``[P]`` of the architecture under ``seed`` (CPU
-    generator, identical on every rank; as ``fedclust.runner.initial_weights``)."""
-    from fedclust.engine.layout import ParamLayout
-    from fedclust.models import build_model
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        module = build_model(arch, input_shape, num_classes)
-    return ParamLayout.from_module(module).flatten(module).detach().clone()
+    """Flat default init ``[P]`` of the architecture under ``seed`` (as the run's w0)."""
+    return initial_weights(arch, input_shape, num_classes, seed)[1]
 
 
 def cluster_inits(w0: torch.Tensor, K: int, seed: int, arch: str, input_shape, num_classes: int,
@@ -171,8 +133,6 @@ def ifca_objective(losses: torch.Tensor) -> tuple[torch.Tensor, int]:
 def global_mean(total: torch.Tensor, count: int) -> float:
     """``total / count`` summed over all ranks (one all-reduce of two numbers
     when a process group of several ranks is running; no-op otherwise)."""
-    import torch.distributed as dist
-
     both = torch.stack([total.to(torch.float64), torch.tensor(float(count), dtype=torch.float64, device=total.device)])
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(both)
@@ -217,7 +177,36 @@ class IfcaState:
 
 
 @dataclass
-class Ifca:
+class IfcaConfig:
+    """The ``ifca`` section."""
+
+    clusters: int = 2            # c, the number of cluster models (IFCA paper; PANM paper Table 5 sets c = true clusters)
+    # IFCA paper restarts Algorithm 1 from several random inits ("a few restarts suffice"; 10 in its
+    # success-rate runs).  The run tries each for restart_rounds rounds, one after the other, and goes on
+    # with the one of lowest IFCA objective mean_i min_j F_i(theta_j).
+    restarts: int = 3
+    restart_rounds: int = 10
+
+    def validate(self, cfg) -> None:
+        c, n = self.clusters, cfg.clients
+        if not 1 <= c <= n:
+            raise ConfigError("ifca.clusters", c, f"must lie in [1, clients = {n}]: one model per cluster, "
+                              "e.g. the number of clusters you expect (data.num_clusters)")
+        r, t0 = self.restarts, self.restart_rounds
+        if r < 1:
+            raise ConfigError("ifca.restarts", r, "must be >= 1 (1: one initialisation, IFCA paper Algorithm 1 as is)")
+        if r > 1 and t0 < 1:
+            raise ConfigError("ifca.restart_rounds", t0, "must be >= 1: the rounds each restart runs before "
+                              "they are compared")
+        if r > 1 and r * t0 >= cfg.rounds:
+            raise ConfigError("ifca.restarts", r, f"{r} restarts x ifca.restart_rounds = {t0} take {r * t0} rounds, "
+                              f"not fewer than rounds = {cfg.rounds}; lower ifca.restarts (1: no restarts) or "
+                              "ifca.restart_rounds, or raise rounds")
+
+
+@register
+@dataclass
+class Ifca(Algorithm):
     """IFCA round (IFCA paper Algorithm 1, option II; module docstring)."""
 
     clusters: int
@@ -227,8 +216,19 @@ class Ifca:
     participation: float = 1.0
     restarts: int = 1
     restart_rounds: int = 10
-    name: str = "ifca"
-    gathers_before: bool = True
+
+    name = "ifca"
+    report_position = 9
+    gathers_before = True
+    sections = {"ifca": IfcaConfig}
+    paper_results = {("synthetic", None, 4): (60.42, 0.17)}
+
+    @classmethod
+    def from_config(cls, cfg) -> "Ifca":
+        arch, shape, classes = model_spec(cfg)
+        return cls(clusters=cfg.ifca.clusters, arch=arch, input_shape=shape, num_classes=classes,
+                   participation=cfg.participation, restarts=cfg.ifca.restarts,
+                   restart_rounds=cfg.ifca.restart_rounds)
 
     def _inits(self, ctx: Context, restart: int) -> torch.Tensor:
         return cluster_inits(ctx.w0, self.clusters, ctx.seed, self.arch, self.input_shape, self.num_classes,
@@ -262,12 +262,3 @@ class Ifca:
         received = active.to(torch.float64) * K
         new = IfcaState(models, choice, state.ended, state.objectives, state.picked)
         return new, server_result(ctx, models[own(ctx, choice)], choice, received, int(active.sum()))
-
-
-def make_ifca(cfg) -> Ifca:
-    from fedclust.config_methods import model_spec
-
-    arch, shape, classes = model_spec(cfg)
-    return Ifca(clusters=cfg.ifca.clusters, arch=arch, input_shape=shape, num_classes=classes,
-                participation=cfg.participation, restarts=cfg.ifca.restarts,
-                restart_rounds=cfg.ifca.restart_rounds)

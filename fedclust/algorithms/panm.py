@@ -26,57 +26,62 @@ from dataclasses import dataclass
 
 import torch
 
-from fedclust.algorithms.base import Context, RoundView
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
 from fedclust.algorithms.cni import draw_candidates, top_k_in_mask
 from fedclust.algorithms.hnm import draw_average, hnm_draw, hnm_update
-from fedclust.algorithms.similarity import grad_similarity, loss_em_input, loss_similarity
+from fedclust.algorithms.registry import register
+from fedclust.algorithms.similarity import loss_em_input, recorded_similarity, similarity_for
 from fedclust.errors import ConfigError
+
+PANM_EM_INPUTS = ("neg_loss", "inverse")
+PANM_EM_VARIANCES = ("separate", "tied")
+
+
+@dataclass
+class PanmConfig:
+    """The ``panm`` section (both variants; docs/algorithms.md, PANM)."""
+
+    # What HNM's EM runs on for panm_loss: "neg_loss" (default) y = -F_i(w_j), the negative loss;
+    # "inverse" y = 1/F_i(w_j), PANM paper's literal similarity.  CNI ranks by 1/F under either (same order).
+    # panm_grad ignores it: its similarity is a cosine, not a loss.
+    em_input: str = "neg_loss"
+    # The variances of HNM's two Gaussians: "separate" (default, the PANM paper's Eq. 15: one sigma per
+    # component) or "tied" (one pooled within-component sigma for both).
+    em_variance: str = "separate"
+    # panm_grad: the weight of the update cosine cos(Delta_i, Delta_j) in the similarity HNM's EM runs on in
+    # stage two (CNI uses algorithm.alpha).  0 (default): the weight cosine alone, since in stage two the update
+    # cosine carries no cluster signal and only noise (docs/algorithms.md, PANM, departure 4); the PANM paper uses
+    # its alpha = 0.5 in both stages.
+    hnm_alpha: float = 0.0
+
+    def validate(self, cfg) -> None:
+        if self.em_input not in PANM_EM_INPUTS:
+            raise ConfigError("panm.em_input", self.em_input, f"use one of {', '.join(PANM_EM_INPUTS)} (what "
+                              "PANMLoss's HNM runs its EM on: neg_loss = -F, the default; inverse = 1/F as PANM "
+                              "paper writes it)")
+        if self.em_variance not in PANM_EM_VARIANCES:
+            raise ConfigError("panm.em_variance", self.em_variance, f"use one of {', '.join(PANM_EM_VARIANCES)} "
+                              "(the variances of HNM's two Gaussians: one per component, or one pooled for both)")
+        if not 0.0 <= self.hnm_alpha <= 1.0:
+            raise ConfigError("panm.hnm_alpha", self.hnm_alpha, "must lie in [0, 1]: the weight of the update "
+                              "cosine in the similarity HNM's EM runs on (0, the default: the weight cosine alone; "
+                              "0.5: PANM paper's alpha in both stages)")
 
 
 @dataclass
 class PanmState:
-    """Per-rank state; rows are ``ctx.client_ids``."""
+    """Rows are ``ctx.client_ids``."""
 
-    neighbors: torch.Tensor        # [C, n] bool: N_i (stage one: N_i^t of the last round)
-    last_similarity: torch.Tensor  # [C, n] float32: last computed s_ij, NaN where not computed
-    similarity_round: int          # round of last_similarity (0: none yet)
-    hnm_failed: torch.Tensor       # [C] bool: the last HNM step found no split and kept N_i
-    pool: torch.Tensor | None = None  # [C, n] bool: peers whose similarity was computed in similarity_round
-
-
-def similarity_for(metric: str, alpha: float, ctx: Context, view: RoundView, pool: torch.Tensor) -> torch.Tensor:
-    """``[C, n]`` similarity of this rank's clients to the peers in ``pool``
-    (loss: only there, ``-inf`` elsewhere; grad: everywhere)."""
-    if metric == "loss":
-        if ctx.pair_loss is None and ctx.pool_loss is None:
-            raise ValueError("loss similarity needs ctx.pool_loss or ctx.pair_loss (the engine's loss of peer "
-                             "models on own data)")
-        return loss_similarity(ctx.pair_loss, view.all_after, pool, pool_loss=ctx.pool_loss)
-    if view.all_before is None:
-        raise ValueError("grad similarity needs view.all_before: the algorithm must set gathers_before=True")
-    return grad_similarity(view.all_after, view.all_before, ctx.w0.to(view.after.device), alpha, own=ctx.own_rows)
-
-
-def recorded_similarity(sim: torch.Tensor, pool: torch.Tensor, self_mask: torch.Tensor, full: bool) -> torch.Tensor:
-    """What the state keeps: float32 similarities, NaN where not computed and on the diagonal."""
-    keep = ~self_mask if full else pool
-    return torch.where(keep, sim.to(torch.float32), torch.full_like(sim, math.nan, dtype=torch.float32))
-
-
-def check_peer_config(name: str, k: int, l: int, stage1_rounds: int) -> None:
-    """Refuse settings under which the two-stage algorithms cannot run."""
-    if k < 1:
-        raise ConfigError("algorithm.k", k, f"{name} averages with k >= 1 neighbours")
-    if l < 1:
-        raise ConfigError("algorithm.l", l, f"{name} draws l >= 1 candidates per round")
-    if stage1_rounds < 1:
-        raise ConfigError("stage1_rounds", stage1_rounds,
-                          f"{name} needs at least 1 stage-one round: stage two starts from its neighbour list")
+    neighbors: torch.Tensor = client_rows()        # [C, n] bool: N_i (stage one: N_i^t of the last round)
+    last_similarity: torch.Tensor = client_rows()  # [C, n] float32: last computed s_ij, NaN where not computed
+    hnm_failed: torch.Tensor = client_rows()       # [C] bool: the last HNM step found no split and kept N_i
+    pool: torch.Tensor | None = client_rows(default=None)  # [C, n] bool: peers whose similarity was computed
+    similarity_round: int = 0                      # round of last_similarity (0: none yet), replicated
 
 
 @dataclass
-class PANM:
-    """PANMLoss / PANMGrad (PANM paper Algorithm 1)."""
+class PANM(PeerAlgorithm):
+    """PANMLoss / PANMGrad (PANM paper Algorithm 1); the two variants differ in ``metric``."""
 
     metric: str            # "loss" | "grad"
     k: int
@@ -84,19 +89,27 @@ class PANM:
     tau: int
     alpha: float
     stage1_rounds: int
-    name: str = "panm_loss"
-    gathers_before: bool = False
     em_input: str = "neg_loss"   # panm_loss: "neg_loss" (EM on -F) | "inverse" (EM on 1/F); grad: unused
     em_variance: str = "separate"  # HNM's Gaussians: "separate" sigma per component | "tied" (one pooled sigma)
     hnm_alpha: float = 0.0       # panm_grad: weight of the update cosine in the similarity HNM's EM runs on
+
+    needs_k = needs_l = needs_stages = True
+    stage_one_figures = True
+    sections = {"panm": PanmConfig}
+
+    @classmethod
+    def from_config(cls, cfg) -> "PANM":
+        a = cfg.algorithm
+        return cls(metric=cls.METRIC, k=a.k, l=a.l, tau=a.tau, alpha=a.alpha, stage1_rounds=cfg.stage1_rounds,
+                   em_input=cfg.panm.em_input, em_variance=cfg.panm.em_variance, hnm_alpha=cfg.panm.hnm_alpha)
 
     def init(self, ctx: Context) -> PanmState:
         C, n = len(ctx.client_ids), ctx.n
         return PanmState(
             neighbors=torch.zeros(C, n, dtype=torch.bool, device=ctx.device),
             last_similarity=torch.full((C, n), math.nan, dtype=torch.float32, device=ctx.device),
-            similarity_round=0,
             hnm_failed=torch.zeros(C, dtype=torch.bool, device=ctx.device),
+            similarity_round=0,
         )
 
     def select(self, state: PanmState, ctx: Context, view: RoundView) -> tuple[PanmState, torch.Tensor]:
@@ -143,32 +156,24 @@ class PANM:
         return state.pool
 
 
-def _make(cfg, metric: str) -> PANM:
-    from fedclust.config_methods import check_panm_em_input, check_panm_em_variance
-
-    a = cfg.algorithm
-    name = f"panm_{metric}"
-    check_peer_config(name, a.k, a.l, cfg.stage1_rounds)
-    if a.tau < 1:
-        raise ConfigError("algorithm.tau", a.tau, "HNM runs every tau >= 1 rounds")
-    if metric == "grad" and not 0.0 <= a.alpha <= 1.0:
-        raise ConfigError("algorithm.alpha", a.alpha, "must lie in [0, 1]")
-    if metric == "grad" and not 0.0 <= cfg.panm.hnm_alpha <= 1.0:
-        raise ConfigError("panm.hnm_alpha", cfg.panm.hnm_alpha, "must lie in [0, 1]: the weight of the update "
-                          "cosine in the similarity HNM's EM runs on (0, the default: the weight cosine alone; "
-                          "0.5: PANM paper's alpha in both stages)")
-    check_panm_em_input(cfg.panm.em_input)
-    check_panm_em_variance(cfg.panm.em_variance)
-    return PANM(metric=metric, k=a.k, l=a.l, tau=a.tau, alpha=a.alpha, stage1_rounds=cfg.stage1_rounds,
-                name=name, gathers_before=metric == "grad", em_input=cfg.panm.em_input,
-                em_variance=cfg.panm.em_variance, hnm_alpha=cfg.panm.hnm_alpha)
-
-
-def make_panm_loss(cfg) -> PANM:
+@register
+@dataclass
+class PANMLoss(PANM):
     """PANMLoss: PANM with the loss similarity (PANM paper Eq. 3)."""
-    return _make(cfg, "loss")
+
+    METRIC = "loss"
+    name = "panm_loss"
+    report_position = 5
+    paper_results = {("fmnist", "rotation", 2): (87.33, 0.17)}
 
 
-def make_panm_grad(cfg) -> PANM:
+@register
+@dataclass
+class PANMGrad(PANM):
     """PANMGrad: PANM with the update/weight cosine similarity (PANM paper Eq. 6)."""
-    return _make(cfg, "grad")
+
+    METRIC = "grad"
+    name = "panm_grad"
+    report_position = 6
+    gathers_before = True
+    paper_results = {("fmnist", "rotation", 2): (86.88, 0.34)}

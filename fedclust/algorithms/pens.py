@@ -54,22 +54,60 @@ from dataclasses import dataclass
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.base import Context, RoundView
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
 from fedclust.algorithms.cni import draw_candidates, top_k_in_mask
-from fedclust.algorithms.panm import check_peer_config, recorded_similarity, similarity_for
+from fedclust.algorithms.registry import register
+from fedclust.algorithms.similarity import recorded_similarity, similarity_for
+from fedclust.errors import ConfigError
+
+PENS_COUNTS = ("reference", "selected", "drawn_and_selected")
+PENS_EMPTY_LISTS = ("last_topk", "alone")
+
+
+@dataclass
+class PensConfig:
+    """The ``pens`` section."""
+
+    # What counts as "chosen" in stage one and how often a peer must be chosen to join the fixed list:
+    # "reference": times a peer was in the top k, kept when above k*T1/(n-1) - 1, as the PENS reference
+    #   code (Karlsson & Onoszko) counts (docs/algorithms.md);
+    # "selected": the same counts against ceil(T1*(l+k)/n), the threshold PANM paper §4.2 quotes;
+    # "drawn_and_selected": times drawn as a candidate plus times selected, against ceil(T1*(l+k)/n),
+    #   whose expectation under random choice is exactly T1*(l+k)/n.
+    count: str = "reference"
+    # A fixed list that comes out empty: "last_topk" keeps the last stage-one top k (not in the papers);
+    # "alone": stays empty and the client trains alone, as the reference code does.
+    empty_list: str = "last_topk"
+    # Peers drawn from the fixed list each stage-two round; 0 means algorithm.k (docs/algorithms.md).  The reference
+    # code draws 20 (all of the list if shorter).
+    stage2_neighbours: int = 0
+
+    def validate(self, cfg) -> None:
+        clients = cfg.clients
+        if self.count not in PENS_COUNTS:
+            raise ConfigError("pens.count", self.count, f"use one of {', '.join(PENS_COUNTS)} (what counts toward "
+                              "PENS's threshold: reference = top-k picks above k*T1/(n-1) - 1, the default; "
+                              "selected and drawn_and_selected use ceil(T1*(l+k)/n))")
+        if self.empty_list not in PENS_EMPTY_LISTS:
+            raise ConfigError("pens.empty_list", self.empty_list, f"use one of {', '.join(PENS_EMPTY_LISTS)} "
+                              "(what an empty fixed list becomes: the last stage-one top k, or no peers at all)")
+        if not 0 <= self.stage2_neighbours <= clients - 1:
+            raise ConfigError("pens.stage2_neighbours", self.stage2_neighbours,
+                              f"must lie in [0, clients - 1 = {clients - 1}]: peers drawn from the fixed list each "
+                              "stage-two round; 0 uses algorithm.k (the reference code draws 20)")
 
 
 @dataclass
 class PensState:
-    """Per-rank state; rows are ``ctx.client_ids``."""
+    """Rows are ``ctx.client_ids``."""
 
-    counts: torch.Tensor           # [C, n] int64: times each peer was chosen during stage one (see pens.count)
-    last_topk: torch.Tensor        # [C, n] bool: the top k of the last stage-one round
-    fixed: torch.Tensor            # [C, n] bool: the stage-two list (empty until it is formed)
-    formed: bool                   # whether ``fixed`` has been formed (first stage-two round)
-    fell_back: torch.Tensor        # [C] bool: fixed list came out empty (last top k used unless empty_list=alone)
-    last_similarity: torch.Tensor  # [C, n] float32: last computed s_ij, NaN where not computed
-    similarity_round: int          # round of last_similarity (0: none yet)
+    counts: torch.Tensor = client_rows()           # [C, n] int64: times each peer was chosen in stage one
+    last_topk: torch.Tensor = client_rows()        # [C, n] bool: the top k of the last stage-one round
+    fixed: torch.Tensor = client_rows()            # [C, n] bool: the stage-two list (empty until it is formed)
+    fell_back: torch.Tensor = client_rows()        # [C] bool: fixed list came out empty
+    last_similarity: torch.Tensor = client_rows()  # [C, n] float32: last computed s_ij, NaN where not computed
+    formed: bool = False                           # whether ``fixed`` has been formed (first stage-two round)
+    similarity_round: int = 0                      # round of last_similarity (0: none yet)
 
 
 def pens_threshold(stage1_rounds: int, l: int, k: int, n: int) -> int:
@@ -106,16 +144,29 @@ def fixed_list(counts: torch.Tensor, last_topk: torch.Tensor, threshold: int,
     return torch.where(empty[:, None], last_topk, chosen), empty
 
 
+@register
 @dataclass
-class PENS:
+class PENS(PeerAlgorithm):
     k: int
     l: int
     stage1_rounds: int
     count: str = "reference"       # "reference" | "selected" | "drawn_and_selected" (module docstring)
     empty_list: str = "last_topk"  # "last_topk" | "alone": what an empty fixed list becomes
     stage2_neighbours: int = 0     # peers drawn from the list each stage-two round; 0: k
-    name: str = "pens"
-    gathers_before: bool = False
+
+    name = "pens"
+    report_position = 4
+    needs_k = needs_l = needs_stages = True
+    stage_one_figures = True
+    sections = {"pens": PensConfig}
+    paper_results = {("fmnist", "rotation", 2): (86.82, 0.11)}
+
+    @classmethod
+    def from_config(cls, cfg) -> "PENS":
+        """PENS with cfg.algorithm.k, .l, cfg.stage1_rounds and the cfg.pens section."""
+        a, p = cfg.algorithm, cfg.pens
+        return cls(k=a.k, l=a.l, stage1_rounds=cfg.stage1_rounds, count=p.count, empty_list=p.empty_list,
+                   stage2_neighbours=p.stage2_neighbours)
 
     def init(self, ctx: Context) -> PensState:
         C, n, dev = len(ctx.client_ids), ctx.n, ctx.device
@@ -154,14 +205,3 @@ class PENS:
     def neighbor_list(self, state: PensState, averaged: torch.Tensor) -> torch.Tensor:
         """Stage one: this round's top k; stage two: the fixed list."""
         return state.fixed if state.formed else state.last_topk
-
-
-def make_pens(cfg) -> PENS:
-    """PENS with cfg.algorithm.k, .l, cfg.stage1_rounds and the cfg.pens section."""
-    from fedclust.config_methods import check_pens
-
-    a, p = cfg.algorithm, cfg.pens
-    check_peer_config("pens", a.k, a.l, cfg.stage1_rounds)
-    check_pens(p, cfg.clients)
-    return PENS(k=a.k, l=a.l, stage1_rounds=cfg.stage1_rounds, count=p.count, empty_list=p.empty_list,
-                stage2_neighbours=p.stage2_neighbours)

@@ -1,44 +1,92 @@
-"""Name -> algorithm factory.  Refuses unknown and duplicate names."""
+"""Name -> algorithm class.  Refuses unknown and duplicate names.
+
+An algorithm registers itself where it is defined (``@register`` on its
+class); the built-in ones are found by importing every module of
+:mod:`fedclust.algorithms`, plugins by importing them (``plugins`` key,
+:func:`fedclust.config.load_plugin`).  There is no list of names anywhere.
+"""
 
 from __future__ import annotations
 
 import difflib
-from typing import Callable
+import importlib
+import pkgutil
 
+from fedclust import schema
+from fedclust.algorithms.base import Algorithm
 from fedclust.errors import ConfigError
 
-_FACTORIES: dict[str, Callable] = {}
+_CLASSES: dict[str, type[Algorithm]] = {}
 
 
-def register(name: str, factory: Callable) -> Callable:
-    if name in _FACTORIES:
-        raise ValueError(f"algorithm '{name}' is registered twice")
-    _FACTORIES[name] = factory
-    return factory
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: make ``cls`` selectable as ``algorithm.name = cls.name``
+    and add its config sections to the schema."""
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise TypeError(f"only Algorithm subclasses can be registered, got {cls!r}")
+    name = cls.name
+    if not name or not name.isidentifier():
+        raise ValueError(f"{cls.__qualname__}.name must be a non-empty identifier, got {name!r}")
+    if name in _CLASSES:
+        raise ValueError(f"algorithm '{name}' is registered twice: by {_CLASSES[name].__module__}."
+                         f"{_CLASSES[name].__qualname__} and {cls.__module__}.{cls.__qualname__}")
+    if cls.topology not in ("peer", "server"):
+        raise ValueError(f"{cls.__qualname__}.topology must be 'peer' or 'server', got {cls.topology!r}")
+    for section, section_cls in cls.sections.items():
+        if not callable(getattr(section_cls, "validate", None)):
+            raise TypeError(f"config section '{section}' of '{name}' needs a validate(self, cfg) method")
+        schema.register_section(section, section_cls)
+    _CLASSES[name] = cls
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove an algorithm (tests that register throw-away ones); its sections stay."""
+    _CLASSES.pop(name, None)
 
 
 def names() -> list[str]:
-    _load_builtin()
-    return sorted(_FACTORIES)
+    load_builtin()
+    return sorted(_CLASSES)
 
 
-def build(cfg):
-    """The algorithm object for ``cfg.algorithm.name``."""
-    _load_builtin()
-    name = cfg.algorithm.name
-    if name not in _FACTORIES:
-        close = difflib.get_close_matches(name, list(_FACTORIES), n=1)
+def classes() -> list[type[Algorithm]]:
+    """Every registered class, in the order they were registered."""
+    load_builtin()
+    return list(_CLASSES.values())
+
+
+def builtin_names() -> list[str]:
+    """The algorithms that ship with fedclust (not plugins)."""
+    load_builtin()
+    return sorted(n for n, c in _CLASSES.items() if c.__module__.startswith("fedclust.algorithms."))
+
+
+def get(name: str) -> type[Algorithm]:
+    load_builtin()
+    if name not in _CLASSES:
+        close = difflib.get_close_matches(str(name), list(_CLASSES), n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
-        raise ConfigError("algorithm.name", name, f"{hint}known: {', '.join(sorted(_FACTORIES))}")
-    return _FACTORIES[name](cfg)
+        raise ConfigError("algorithm.name", name, f"{hint}known: {', '.join(sorted(_CLASSES))} (more with "
+                          "plugins=[module])")
+    return _CLASSES[name]
+
+
+def build(cfg) -> Algorithm:
+    """The algorithm object for ``cfg.algorithm.name``."""
+    return get(cfg.algorithm.name).from_config(cfg)
 
 
 _loaded = False
 
 
-def _load_builtin() -> None:
+def load_builtin() -> None:
+    """Import every module of fedclust.algorithms once (each registers what it defines)."""
     global _loaded
     if _loaded:
         return
     _loaded = True
-    from fedclust.algorithms import builtin  # noqa: F401  (registers on import)
+    import fedclust.algorithms as package
+
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{package.__name__}.{info.name}")

@@ -13,6 +13,7 @@ into what PANMLoss's HNM runs its EM on (``panm.em_input``).
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -134,3 +135,26 @@ def loss_em_input(similarity: torch.Tensor, em_input: str) -> torch.Tensor:
         raise ValueError(f"em_input must be 'neg_loss' or 'inverse', not {em_input!r}")
     computed = similarity != NOT_COMPUTED
     return torch.where(computed, -1.0 / torch.where(computed, similarity, torch.ones_like(similarity)), similarity)
+
+
+# ----------------------------------------------------------------------------
+# Used by PANM and PENS
+
+
+def similarity_for(metric: str, alpha: float, ctx, view, pool: torch.Tensor) -> torch.Tensor:
+    """``[C, n]`` similarity of this rank's clients to the peers in ``pool``
+    (loss: only there, ``-inf`` elsewhere; grad: everywhere)."""
+    if metric == "loss":
+        if ctx.pair_loss is None and ctx.pool_loss is None:
+            raise ValueError("loss similarity needs ctx.pool_loss or ctx.pair_loss (the engine's loss of peer "
+                             "models on own data)")
+        return loss_similarity(ctx.pair_loss, view.all_after, pool, pool_loss=ctx.pool_loss)
+    if view.all_before is None:
+        raise ValueError("grad similarity needs view.all_before: the algorithm must set gathers_before=True")
+    return grad_similarity(view.all_after, view.all_before, ctx.w0.to(view.after.device), alpha, own=ctx.own_rows)
+
+
+def recorded_similarity(sim: torch.Tensor, pool: torch.Tensor, self_mask: torch.Tensor, full: bool) -> torch.Tensor:
+    """What the state keeps: float32 similarities, NaN where not computed and on the diagonal."""
+    keep = ~self_mask if full else pool
+    return torch.where(keep, sim.to(torch.float32), torch.full_like(sim, math.nan, dtype=torch.float32))

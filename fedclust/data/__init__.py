@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedclust.config import DataConfig
+from fedclust.schema import DataConfig
 from fedclust.data.partition import (
     LABEL_SWAPS,
     NUM_CLASSES,

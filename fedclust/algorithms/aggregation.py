@@ -1,0 +1,109 @@
+"""Aggregation math shared by the algorithms (docs/algorithms.md): the gossip
+average as one mixing-matrix product, weighted and per-cluster averages,
+and the round's participants.  Every function is vectorized over clients.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fedclust import rng
+
+
+def mixing_matrix(neighbors: torch.Tensor, self_mask: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """[C, n] row-stochastic weights from a bool neighbour mask (diagonal excluded)."""
+    a = (neighbors & ~self_mask).to(dtype) + self_mask.to(dtype)
+    return a / a.sum(dim=1, keepdim=True)
+
+
+def gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: torch.Tensor) -> torch.Tensor:
+    """[C, P] averaged models of this rank's clients from all [n, P] models."""
+    return mixing_matrix(neighbors, self_mask, all_models.dtype) @ all_models
+
+
+def check_weights(weights: torch.Tensor, count: int, name: str = "weights") -> torch.Tensor:
+    """Validate client weights (data sizes ``n_i``): ``[count]``, finite, ≥ 0."""
+    if weights.dim() != 1 or weights.shape[0] != count:
+        raise ValueError(f"{name} must have shape [{count}] (one per client), got {tuple(weights.shape)}")
+    if not torch.isfinite(weights).all() or (weights < 0).any():
+        raise ValueError(f"{name} must be finite and >= 0 (e.g. training-set sizes), got {weights.tolist()[:10]}")
+    return weights
+
+
+def weighted_average(models: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """FedAvg aggregate ``Σ_i w_i·models_i / Σ_i w_i`` → ``[P]``
+    (FedGroup paper Algorithm 1 line 8; equal weights when ``weights`` is None).
+
+    Raises ValueError for no clients or weights summing to 0: the caller
+    decides what an empty round means (e.g. keep the previous model, as
+    :func:`fedclust.algorithms.ifca.cluster_average` does).
+    """
+    if models.dim() != 2 or models.shape[0] == 0:
+        raise ValueError(f"models must be a non-empty [C, P] stack, got shape {tuple(models.shape)}")
+    if weights is None:
+        return models.mean(dim=0)
+    w = check_weights(weights, models.shape[0]).to(models.dtype)
+    total = w.sum()
+    if total <= 0:
+        raise ValueError("weights sum to 0: no client carries weight; give positive data sizes")
+    return (w / total) @ models
+
+
+def participants(seed: int, round_: int, n: int, share: float, device=None) -> torch.Tensor:
+    """Bool ``[n]``: the clients taking part in round ``round_`` — the
+    ``ceil(share·n)`` (at least 1) with the lowest keys
+    ``rng.uniform(seed, round_, "participation", i, 0)``; everyone when
+    ``share >= 1``.  A pure function of (seed, round), the same on every rank."""
+    if not 0 < share <= 1:
+        raise ValueError(f"participation share must lie in (0, 1], got {share}")
+    if share >= 1:
+        return torch.ones(n, dtype=torch.bool, device=device)
+    count = max(1, math.ceil(share * n - 1e-9))
+    keys = rng.uniform(seed, round_, "participation", torch.arange(n), 0)
+    chosen = torch.argsort(keys, stable=True)[:count]
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[chosen] = True
+    return mask.to(device)
+
+
+def own(ctx, values: torch.Tensor) -> torch.Tensor:
+    """Rows of an ``[n, ...]`` tensor that belong to this rank's clients."""
+    return values[ctx.client_ids.to(values.device)]
+
+
+def cluster_counts(assign: torch.Tensor, K: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Total weight (client count when ``weights`` is None) per cluster → ``[K]``."""
+    w = torch.ones(assign.shape[0], dtype=torch.float64, device=assign.device) if weights is None else weights.to(torch.float64)
+    return torch.zeros(K, dtype=torch.float64, device=assign.device).index_add_(0, assign, w)
+
+
+def cluster_average(
+    models: torch.Tensor,
+    assign: torch.Tensor,
+    K: int,
+    previous: torch.Tensor,
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-cluster (weighted) average of client models → ``[K, P]``
+    (IFCA paper Algorithm 1 option II: ``θ_j ← Σ_{i: ĵ_i=j} n_i θ_i / Σ n_i``).
+
+    ``assign`` int64 ``[C]`` in ``[0, K)``; ``previous`` ``[K, P]`` the cluster
+    models before the round; ``weights`` ``[C]`` ≥ 0 (data sizes), equal when
+    None.  A cluster with no client (or zero total weight) keeps
+    ``previous[j]``.  One ``index_add_`` over clients, no Python loop.
+    """
+    C, P = models.shape
+    if assign.shape != (C,) or assign.dtype != torch.int64:
+        raise ValueError(f"assign must be int64 [{C}], got {assign.dtype} {tuple(assign.shape)}")
+    if previous.shape != (K, P):
+        raise ValueError(f"previous must be [K, P] = [{K}, {P}], got {tuple(previous.shape)}")
+    if C and (assign.min() < 0 or assign.max() >= K):
+        raise ValueError(f"assign values must lie in [0, {K}), got range [{int(assign.min())}, {int(assign.max())}]")
+    w = torch.ones(C, dtype=models.dtype, device=models.device) if weights is None else check_weights(weights, C).to(models.dtype)
+    sums = torch.zeros(K, P, dtype=models.dtype, device=models.device).index_add_(0, assign, models * w[:, None])
+    totals = torch.zeros(K, dtype=models.dtype, device=models.device).index_add_(0, assign, w)
+    filled = totals > 0
+    means = sums / totals.clamp_min(torch.finfo(models.dtype).tiny)[:, None]
+    return torch.where(filled[:, None], means, previous.to(models.dtype))

@@ -1,0 +1,36 @@
+"""FedProx (Li et al., MLSys 2020; FedGroup paper Eq. 3): FedAvg whose
+clients minimise ``F_k(w) + μ/2 ‖w − w^t‖²``, so ``μ (w − w^t)`` is added to
+every local gradient (by the engine's local SGD); ``μ = 0`` is FedAvg."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedclust.algorithms.fedavg import FedAvg
+from fedclust.algorithms.registry import register
+from fedclust.schema import finite
+
+
+@dataclass
+class FedProxConfig:
+    """The ``fedprox`` section (also FedGrouProx's μ: FedGroup paper, "μ as recommended by FedProx")."""
+
+    # FedProx's proximal weight; Li et al. tune it over {0.001, 0.01, 0.1, 1} per data set and name no single default.
+    mu: float = 0.01
+
+    def validate(self, cfg) -> None:
+        finite("fedprox.mu", self.mu, "the proximal weight must be a finite number >= 0 "
+               "(FedProx's grid: 0.001, 0.01, 0.1, 1; 0 is FedAvg)", strict=False)
+
+
+@register
+@dataclass
+class FedProx(FedAvg):
+    name = "fedprox"
+    report_position = 8
+    sections = {"fedprox": FedProxConfig}
+    paper_results = {}
+
+    @classmethod
+    def from_config(cls, cfg) -> "FedProx":
+        return cls(participation=cfg.participation, mu=cfg.fedprox.mu)

@@ -1,0 +1,22 @@
+"""Local (PANM paper §4): every client trains alone and never averages."""
+
+from __future__ import annotations
+
+import torch
+
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
+from fedclust.algorithms.registry import register
+
+
+@register
+class Local(PeerAlgorithm):
+    name = "local"
+    report_position = 0
+    paper_results = {("fmnist", "rotation", 2): (76.24, 0.22), ("synthetic", None, 4): (84.97, 0.06)}
+
+    @classmethod
+    def from_config(cls, cfg) -> "Local":
+        return cls()
+
+    def select(self, state, ctx: Context, view: RoundView):
+        return state, torch.zeros(len(ctx.client_ids), ctx.n, dtype=torch.bool, device=ctx.device)

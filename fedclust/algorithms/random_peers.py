@@ -1,0 +1,27 @@
+"""Random (PANM paper §4): each round every client averages with k peers
+drawn uniformly from all others, anew each round."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedclust import rng
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
+from fedclust.algorithms.registry import register
+
+
+@register
+@dataclass
+class RandomPeers(PeerAlgorithm):
+    k: int
+    name = "random"
+    report_position = 2
+    needs_k = True
+    paper_results = {("fmnist", "rotation", 2): (85.94, 0.27)}
+
+    @classmethod
+    def from_config(cls, cfg) -> "RandomPeers":
+        return cls(k=cfg.algorithm.k)
+
+    def select(self, state, ctx: Context, view: RoundView):
+        return state, rng.choose_from_mask(ctx.seed, view.round, "neighbors", ctx.client_ids, ~ctx.self_mask, self.k)
