@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fedclust.checkpoint import Stopped
 from fedclust.errors import FedclustError
 
 
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             return theory.main(argv[1:])
         args = build_parser().parse_args(argv)
         return {"run": _run, "check": _check}[args.command](args)
+    except Stopped as exc:
+        print(f"fedclust: {exc}", file=sys.stderr)
+        return exc.exit_code
     except FedclustError as exc:
         print(f"fedclust: error: {exc}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 
@@ -31,13 +32,17 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def make_fabric(device: str):
-    """A launched Fabric for the detected environment (gloo on CPU, NCCL on GPU)."""
-    from lightning.fabric import Fabric
+def make_fabric(device: str, timeout_seconds: float = 1800.0):
+    """A launched Fabric for the detected environment (gloo on CPU, NCCL on
+    GPU); a collective waits at most ``timeout_seconds`` for the other ranks."""
+    from lightning.fabric import Fabric   # heavy: imported when a run starts, not when a config is checked
+    from lightning.fabric.strategies import DDPStrategy
 
     devices, nodes = world_from_env()
     accelerator = resolve_device(device)
-    strategy = "ddp" if devices * nodes > 1 else "auto"
+    strategy = "auto"
+    if devices * nodes > 1:
+        strategy = DDPStrategy(timeout=datetime.timedelta(seconds=float(timeout_seconds)))
     fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=nodes, strategy=strategy)
     fabric.launch()
     return fabric

@@ -30,3 +30,7 @@ class DivergenceError(FedclustError):
             f"({len(clients)} in all). Lower 'train.lr' or check the data; "
             "metrics of earlier rounds are kept in metrics.jsonl."
         )
+
+
+class CollectiveError(FedclustError):
+    """A collective (all-gather) failed or timed out: another rank stopped or hangs."""

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from fedclust import schema as config_mod
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, FedclustError
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json")
 
@@ -30,6 +30,25 @@ def check_out(path: str) -> None:
                           "or move the old run away (nothing is overwritten)")
 
 
+def truncate_lines(path: Path, keep: int) -> None:
+    """Keep the first ``keep`` complete lines of a text file (create it empty if missing)."""
+    if not path.exists():
+        path.touch()
+        return
+    kept, size = 0, 0
+    with open(path, "rb") as f:
+        for line in f:
+            if kept == keep or not line.endswith(b"\n"):
+                break
+            kept += 1
+            size += len(line)
+    if kept < keep:
+        raise FedclustError(f"{path} has {kept} complete lines but the checkpoint counts {keep}; it was edited or "
+                         "truncated since, so the run cannot continue exactly; move it away and resume")
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
 def _clean(value):
     """JSON-safe: NaN/inf become null."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -44,12 +63,17 @@ def _clean(value):
 class RunWriter:
     """Writes the run directory (rank 0 only)."""
 
-    def __init__(self, cfg, out: str):
+    def __init__(self, cfg, out: str, keep_lines: int = 0):
+        """``keep_lines``: metrics lines of earlier rounds to keep (a resumed
+        run's checkpoint count); later lines, from rounds after the
+        checkpoint, are cut so that none is duplicated."""
         self.dir = Path(out)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "config.yaml").write_text(config_mod.dump(cfg))
+        truncate_lines(self.dir / "metrics.jsonl", keep_lines)
         self._metrics = open(self.dir / "metrics.jsonl", "a")
         self._wandb = None
+        self.run_id = None
         if cfg.wandb.enabled:
             import wandb
 

@@ -22,10 +22,10 @@ class LineProgress:
     ``panm_grad: round 20/300, accuracy 81.48, 0.52 s/round, ETA 0:02:26``."""
 
     def __init__(self, total: int, desc: str, stream=None, every: int = LINE_EVERY_ROUNDS,
-                 seconds: float = LINE_EVERY_SECONDS, clock=time.monotonic):
+                 seconds: float = LINE_EVERY_SECONDS, clock=time.monotonic, initial: int = 0):
         self.total, self.desc, self.every, self.seconds, self.clock = total, desc, every, seconds, clock
         self.stream = stream if stream is not None else sys.stderr
-        self.done = self.last_done = 0
+        self.done = self.last_done = self.first = initial   # initial: rounds done before (a resumed run)
         self.start = self.last_time = clock()
         self.accuracy = None
 
@@ -37,7 +37,7 @@ class LineProgress:
         now = self.clock()
         if self.done >= self.total or self.done - self.last_done >= self.every or now - self.last_time >= self.seconds:
             self.last_done, self.last_time = self.done, now
-            per_round = (now - self.start) / max(self.done, 1)
+            per_round = (now - self.start) / max(self.done - self.first, 1)
             acc = "" if self.accuracy is None else f", accuracy {self.accuracy}"
             self.stream.write(f"{self.desc}: round {self.done}/{self.total}{acc}, {per_round:.2f} s/round, "
                               f"ETA {_duration(per_round * (self.total - self.done))}\n")
@@ -47,7 +47,7 @@ class LineProgress:
         pass
 
 
-def make_progress(total: int, desc: str, enabled: bool, stream=None):
+def make_progress(total: int, desc: str, enabled: bool, stream=None, initial: int = 0):
     """A tqdm bar where ``stream`` (default stderr) is a terminal, else a
     :class:`LineProgress`; None when progress is off."""
     if not enabled:
@@ -56,5 +56,5 @@ def make_progress(total: int, desc: str, enabled: bool, stream=None):
     if stream.isatty():
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc=desc, unit="round", file=stream)
-    return LineProgress(total, desc, stream)
+        return tqdm(total=total, desc=desc, unit="round", file=stream, initial=initial)
+    return LineProgress(total, desc, stream, initial=initial)

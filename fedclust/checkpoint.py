@@ -1,0 +1,241 @@
+"""Checkpoints of a whole run and what resuming from them needs.
+
+A checkpoint is one file ``<out>/checkpoints/round-<r>.pt`` (``torch.save``
+of plain tensors, numbers, lists and dicts; read back with
+``weights_only=True``) holding everything the round loop carries from round
+r to r + 1: every client's weights ``[n, P]``, the algorithm's state
+(per-client rows gathered from every rank, server state once), the traffic
+counters, the stage-one aggregation counts, the metrics written so far, the
+tracking run's id and the resolved config.  It is written by rank 0 to a
+temporary name, flushed to disk and renamed, so a file under the final name
+is complete; the newest two are kept.  A file that cannot be read (torn by a
+crash of the disk, truncated) is skipped with a warning naming it.
+
+Rows are saved in global client order, so a run may resume on any number of
+processes: each rank takes the rows of the clients it holds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+from fedclust.errors import ConfigError, FedclustError
+from fedclust.outputs import RUN_FILES
+
+FORMAT = 1
+DIRNAME = "checkpoints"
+KEEP = 2
+EXIT_REQUEUE = 75   # exit status of a run stopped by SIGUSR1/SIGTERM after its checkpoint (EX_TEMPFAIL)
+# Keys that may differ between a checkpoint's config and the resuming run's: run length and outputs.
+RESUMABLE_KEYS = ("rounds", "out", "label", "progress", "figures", "eval_every", "checkpoint_every", "resume",
+                  "collective_timeout", "plugins", "wandb.")
+_NAME = re.compile(r"^round-(\d{6,})\.pt$")
+
+
+def directory(out: str | Path) -> Path:
+    return Path(out) / DIRNAME
+
+
+def path_for(out: str | Path, round_: int) -> Path:
+    return directory(out) / f"round-{round_:06d}.pt"
+
+
+def candidates(out: str | Path) -> list[tuple[int, Path]]:
+    """(round, path) of every checkpoint file under ``out``, newest first."""
+    d = directory(out)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _NAME.match(p.name))]
+    return sorted(found, reverse=True)
+
+
+def read(path: str | Path) -> dict:
+    """A checkpoint's contents (CPU tensors); raises on a torn or foreign file."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT or not payload.get("complete"):
+        raise ValueError(f"not a complete fedclust checkpoint (format {FORMAT})")
+    return payload
+
+
+def newest(out: str | Path) -> tuple[Path, dict] | None:
+    """The newest checkpoint that reads back whole, skipping (with a warning
+    naming each) those that do not; None if there is none."""
+    for _, path in candidates(out):
+        try:
+            return path, read(path)
+        except Exception as exc:   # torn, truncated, foreign: say so and fall back to an older one
+            warnings.warn(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); skipping it and using "
+                          "an older one", stacklevel=2)
+    return None
+
+
+def write(out: str | Path, round_: int, payload: dict, keep: int = KEEP) -> Path:
+    """Write atomically (temporary name, flush, fsync, rename), then delete
+    all but the newest ``keep`` checkpoints."""
+    d = directory(out)
+    d.mkdir(parents=True, exist_ok=True)
+    final = path_for(out, round_)
+    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
+    payload = dict(payload, format=FORMAT, round=round_, complete=True)
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    try:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    for _, old in candidates(out)[keep:]:
+        old.unlink(missing_ok=True)
+    for stale in d.glob("*.pt.tmp*"):   # left by a crash mid-write
+        if stale.name != tmp.name:
+            stale.unlink(missing_ok=True)
+    return final
+
+
+def size_bytes(path: str | Path) -> int:
+    return Path(path).stat().st_size
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k != "sections":
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_differences(saved: dict, now: dict) -> list[str]:
+    """Dotted keys whose values differ between two configs (as
+    :func:`fedclust.schema.to_dict` writes them), except run-length and
+    output keys (:data:`RESUMABLE_KEYS`)."""
+    a, b = _flatten(saved), _flatten(now)
+    keys = sorted(set(a) | set(b))
+    return [k for k in keys if a.get(k) != b.get(k)
+            and not any(k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_KEYS)]
+
+
+def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
+    """The checkpoint this run resumes from under ``cfg.resume`` (None: start
+    afresh).  Refuses (ConfigError) a run directory holding a run when
+    resume=never, none when resume=require, and a checkpoint whose config
+    differs in more than run length and outputs."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise ConfigError("out", str(out), "is a file; choose a directory path for the run")
+    taken = [f for f in RUN_FILES if (p / f).exists()] + ([DIRNAME] if candidates(out) else [])
+    if cfg.resume == "never":
+        if taken:
+            raise ConfigError("out", str(out), f"already holds a run ({', '.join(taken)}) and resume=never; choose "
+                              "another out=DIR, move the old run away, or drop resume=never to continue it")
+        return None
+    found = newest(out)
+    if found is None:
+        if cfg.resume == "require":
+            raise ConfigError("resume", "require", f"no readable checkpoint under {directory(out)}; run without "
+                              "resume=require to start afresh")
+        if (p / "summary.json").exists():
+            raise ConfigError("out", str(out), "holds a finished run without checkpoints; choose another out=DIR "
+                              "or move the old run away (nothing is overwritten)")
+        return None
+    path, payload = found
+    diff = config_differences(payload["config"], config_dict)
+    if diff:
+        shown = ", ".join(f"{k} ({_flatten(payload['config']).get(k)!r} -> {_flatten(config_dict).get(k)!r})"
+                          for k in diff[:8])
+        raise ConfigError(diff[0], _flatten(config_dict).get(diff[0]),
+                          f"the checkpoint {path} was written with another config; differing keys: {shown}. Only "
+                          "run length (rounds) and output keys may change on resume; use the old values, or "
+                          "another out=DIR (resume=never refuses to continue)")
+    return path, payload
+
+
+# ----------------------------------------------------------------------------
+# Signals: SIGUSR1 / SIGTERM ask for a checkpoint and a clean stop
+
+
+class StopRequest:
+    """Set by SIGUSR1 or SIGTERM; read at each round boundary."""
+
+    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._previous: dict = {}
+
+    def install(self) -> "StopRequest":
+        for s in self.SIGNALS:
+            try:
+                self._previous[s] = signal.signal(s, self._handle)
+            except ValueError:   # not the main thread: signals cannot be caught here
+                pass
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.signal = signum
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def restore(self) -> None:
+        for s, h in self._previous.items():
+            signal.signal(s, h)
+        self._previous = {}
+
+
+def slurm_job() -> str | None:
+    """The Slurm job to requeue: ``<array job>_<task>`` for an array task, else the job id; None outside Slurm."""
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env["SLURM_JOB_ID"]
+
+
+def requeue() -> str | None:
+    """``scontrol requeue`` this Slurm job (if in one); returns the job id, or
+    None outside Slurm.  A failing scontrol is reported, not raised: the
+    checkpoint is on disk either way."""
+    job = slurm_job()
+    if job is None:
+        return None
+    exe = shutil.which("scontrol")
+    if exe is None:
+        print(f"fedclust: cannot requeue Slurm job {job}: scontrol is not on PATH; resubmit it to continue",
+              file=sys.stderr)
+        return job
+    proc = subprocess.run([exe, "requeue", job], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"fedclust: scontrol requeue {job} failed ({proc.stderr.strip()}); resubmit the job to continue",
+              file=sys.stderr)
+    return job
+
+
+class Stopped(FedclustError):
+    """The run stopped on request after writing its checkpoint."""
+
+    exit_code = EXIT_REQUEUE
+
+    def __init__(self, round_: int, signum: int, path: Path, job: str | None):
+        self.round, self.signal, self.path, self.job = round_, signum, path, job
+        name = signal.Signals(signum).name
+        again = f"Slurm job {job} requeued" if job else "run the same command again to continue"
+        super().__init__(f"stopped on {name} after round {round_}; checkpoint {path}; {again}")
