@@ -234,8 +234,8 @@ class Stopped(FedclustError):
 
     exit_code = EXIT_REQUEUE
 
-    def __init__(self, round_: int, signum: int, path: Path, job: str | None):
+    def __init__(self, round_: int, signum: int | None, path: Path, job: str | None):
         self.round, self.signal, self.path, self.job = round_, signum, path, job
-        name = signal.Signals(signum).name
+        name = signal.Signals(signum).name if signum else "a signal to another rank"
         again = f"Slurm job {job} requeued" if job else "run the same command again to continue"
         super().__init__(f"stopped on {name} after round {round_}; checkpoint {path}; {again}")

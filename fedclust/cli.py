@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from fedclust.checkpoint import Stopped
 from fedclust.errors import FedclustError
 
 
+def _config_or_override(args) -> None:
+    """``fedclust run|check KEY=VALUE ...`` without a CONFIG file starts from the defaults."""
+    if args.config and "=" in args.config and not os.path.exists(args.config):
+        args.overrides, args.config = [args.config, *args.overrides], None
+
+
 def _run(args) -> int:
     from fedclust.config import load_config
     from fedclust.runner import prepare, run
 
+    _config_or_override(args)
     cfg = load_config(args.config, args.overrides)
     out = prepare(cfg)  # every check before any process group starts
     run(cfg, out)
@@ -20,9 +28,11 @@ def _run(args) -> int:
 
 
 def _check(args) -> int:
-    from fedclust.config import dump, load_config, valid_keys
+    from fedclust.config import dump, load_algorithms, load_config, read_yaml, valid_keys
 
-    if args.keys:
+    _config_or_override(args)
+    if args.keys:   # the keys of every registered algorithm's section, plugins named in CONFIG/overrides included
+        load_algorithms(read_yaml(args.config) if args.config else {}, args.overrides)
         print("\n".join(valid_keys()))
         return 0
     if args.config is None:
@@ -35,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedclust", description="Clustered federated learning, vectorized.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run an experiment")
-    r.add_argument("config", help="YAML config file, e.g. configs/fmnist_rotation2.yaml")
+    r.add_argument("config", help="YAML config file, e.g. configs/fmnist_rotation2.yaml (or none: the defaults)")
     r.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. algorithm.k=5")
     c = sub.add_parser("check", help="validate and print the resolved config")
     c.add_argument("config", nargs="?")

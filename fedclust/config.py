@@ -61,12 +61,17 @@ def _plugins_named(raw: dict, overrides) -> list[str]:
     return [str(p) for p in found]
 
 
-def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML file (or start from defaults), apply overrides, validate."""
+def load_algorithms(raw: dict, overrides=()) -> None:
+    """Register the built-in algorithms and the plugins a config names (their sections become valid keys)."""
     registry.load_builtin()
-    raw = read_yaml(path) if path is not None else {}
     for spec in _plugins_named(raw, overrides):
         load_plugin(spec)
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML file (or start from defaults), apply overrides, validate."""
+    raw = read_yaml(path) if path is not None else {}
+    load_algorithms(raw, overrides)
     cfg = parse(raw, overrides)
     validate(cfg)
     return cfg

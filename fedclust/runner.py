@@ -349,7 +349,7 @@ def run(cfg, out: str | None = None) -> dict:
                 os.killpg(os.getpgid(0), signal.SIGKILL)
             if outcome.stop and t < cfg.rounds:
                 job = checkpoint.requeue() if s.rank == 0 else None
-                raise checkpoint.Stopped(t, stop.signal or signal.SIGTERM, ckpt.last_path or
+                raise checkpoint.Stopped(t, stop.signal, ckpt.last_path or
                                          checkpoint.path_for(out, t), job)
         if state.round < cfg.rounds or not state.history:
             raise RuntimeError(f"run ended at round {state.round} of {cfg.rounds}")

@@ -68,12 +68,15 @@ def test_oracle_precision_is_one_and_local_has_no_list(tmp_path):
 
 
 def test_existing_run_is_not_overwritten(tmp_path):
-    small_run(tmp_path, "algorithm.name=local")
+    _, first = small_run(tmp_path, "algorithm.name=local")
     before = (tmp_path / "run" / "metrics.jsonl").read_text()
     with pytest.raises(ConfigError) as e:
-        small_run(tmp_path, "algorithm.name=local")
+        small_run(tmp_path, "algorithm.name=local", "resume=never")
     assert e.value.field == "out"
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
+    _, again = small_run(tmp_path, "algorithm.name=local")     # resumes from the final checkpoint: nothing to do
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
+    assert again["final_accuracy"] == first["final_accuracy"]
 
 
 def test_divergence_names_round_and_clients_and_keeps_metrics(tmp_path):

@@ -26,11 +26,20 @@ WALL_TIME_KEYS = ("round_seconds",)
 
 
 def golden_run(name: str, out: Path) -> list[dict]:
+    """The run on one CPU thread (sums over threads round differently with
+    their number: the files must not depend on the machine's cores)."""
+    import torch
+
     from fedclust.config import load_config
     from fedclust.runner import prepare, run
 
     cfg = load_config(None, GOLDEN_OVERRIDES + [f"algorithm.name={name}", f"out={out}"])
-    run(cfg, prepare(cfg))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run(cfg, prepare(cfg))
+    finally:
+        torch.set_num_threads(threads)
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if k not in WALL_TIME_KEYS} for r in lines]
 

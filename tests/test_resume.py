@@ -1,0 +1,256 @@
+"""Runs that survive: a run killed with SIGKILL (its whole process group)
+and resumed ends exactly as an uninterrupted run, on 1 and 2 processes and
+across 2 -> 1 and 1 -> 2; SIGUSR1/SIGTERM stop with a checkpoint and a
+Slurm requeue; a failing rank ends the others; checkpoint files are atomic,
+the newest two kept, torn ones skipped."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedclust import checkpoint
+from fedclust.algorithms import registry
+from fedclust.config import load_config
+from fedclust.errors import ConfigError, DivergenceError
+from fedclust.runner import prepare, run
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+from record import GOLDEN_OVERRIDES  # noqa: E402
+
+WALL = ("round_seconds", "wall_seconds", "mean_round_seconds")
+KILL_AFTER = 5          # of 8 rounds; checkpoints every 2: the resume starts from round 4 and redoes round 5
+
+
+def env(**extra):
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **extra)
+
+
+def overrides(name, out, *extra):
+    return GOLDEN_OVERRIDES + [f"algorithm.name={name}", f"out={out}", "checkpoint_every=2", *extra]
+
+
+def command(nproc, args):
+    if nproc == 1:
+        return [sys.executable, "-m", "fedclust", "run", *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "fedclust", "run", *args]
+
+
+def launch(nproc, args, **extra_env):
+    """Run fedclust in its own session (process group), as a job would."""
+    return subprocess.run(command(nproc, args), cwd=ROOT, env=env(**extra_env), capture_output=True, text=True,
+                          timeout=300, start_new_session=True)
+
+
+def killed_run(nproc, name, out, *extra):
+    proc = launch(nproc, overrides(name, out, *extra), FEDCLUST_TEST_KILL_AFTER_ROUND=str(KILL_AFTER))
+    assert proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), proc.stderr[-3000:]
+    lines = (Path(out) / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == KILL_AFTER                       # round 5 was written, its checkpoint was not due
+    assert [r for r, _ in checkpoint.candidates(out)] == [4, 2]
+    assert not (Path(out) / "summary.json").exists()
+
+
+def in_process(name, out, *extra):
+    cfg = load_config(None, overrides(name, out, *extra))
+    return run(cfg, prepare(cfg))
+
+
+def results(out):
+    lines = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((Path(out) / "summary.json").read_text())
+    for r in lines + [summary]:
+        for k in WALL:
+            r.pop(k, None)
+    return lines, summary
+
+
+def assert_same_run(a, b):
+    la, sa = results(a)
+    lb, sb = results(b)
+    assert [r["round"] for r in lb] == list(range(1, len(lb) + 1))   # no line lost or duplicated
+    assert la == lb
+    assert sa == sb
+
+
+@pytest.mark.parametrize("name", registry.builtin_names())
+def test_killed_run_resumes_exactly_on_one_process(tmp_path, name):
+    in_process(name, tmp_path / "whole")
+    killed_run(1, name, tmp_path / "killed")
+    in_process(name, tmp_path / "killed")                  # the same command again continues the run
+    assert_same_run(tmp_path / "whole", tmp_path / "killed")
+    assert [r for r, _ in checkpoint.candidates(tmp_path / "killed")] == [8, 6]
+
+
+@pytest.mark.parametrize("name", ["random", "panm_grad", "panm_loss", "ifca", "fedgroup"])
+def test_killed_run_resumes_exactly_on_two_processes_and_on_one(tmp_path, name):
+    whole = launch(2, overrides(name, tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed_run(2, name, tmp_path / "killed")
+    shutil.copytree(tmp_path / "killed", tmp_path / "killed_to_one")
+    again = launch(2, overrides(name, tmp_path / "killed"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming" in again.stderr
+    assert_same_run(tmp_path / "whole", tmp_path / "killed")
+    in_process(name, tmp_path / "killed_to_one")           # 2 -> 1: rows re-sharded
+    in_process(name, tmp_path / "whole_one")
+    assert_same_run(tmp_path / "whole_one", tmp_path / "killed_to_one")
+
+
+def test_one_to_two_processes(tmp_path):
+    killed_run(1, "panm_grad", tmp_path / "killed")
+    proc = launch(2, overrides("panm_grad", tmp_path / "killed"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    whole = launch(2, overrides("panm_grad", tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert_same_run(tmp_path / "whole", tmp_path / "killed")
+
+
+# ----------------------------------------------------------------------------
+# Resume rules
+
+
+def test_resume_modes_and_config_differences(tmp_path):
+    out = tmp_path / "r"
+    in_process("random", out, "rounds=4")
+    with pytest.raises(ConfigError) as e:
+        in_process("random", out, "rounds=4", "resume=never")
+    assert e.value.field == "out" and "resume=never" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        in_process("random", out, "rounds=6", "train.lr=0.05")
+    assert e.value.field == "train.lr" and "train.lr (0.08 -> 0.05)" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        in_process("random", tmp_path / "none", "resume=require")
+    assert e.value.field == "resume"
+    before = (out / "metrics.jsonl").read_text()
+    summary = in_process("random", out, "rounds=6", "label=longer")    # run length and outputs may change
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert (out / "metrics.jsonl").read_text().startswith(before) and len(lines) == 6
+    assert summary["rounds_completed"] == 6
+    whole = in_process("random", tmp_path / "six", "rounds=6")
+    assert [json.loads(x)["accuracy"] for x in lines] == [r["accuracy"] for r in
+                                                          map(json.loads, (tmp_path / "six" / "metrics.jsonl")
+                                                              .read_text().splitlines())]
+    assert whole["final_accuracy"] == summary["final_accuracy"]
+
+
+def test_checkpoints_are_atomic_and_two_are_kept(tmp_path):
+    for r in (1, 2, 3):
+        checkpoint.write(tmp_path, r, {"config": {}, "x": torch.arange(r)})
+    assert [r for r, _ in checkpoint.candidates(tmp_path)] == [3, 2]
+    assert not list(checkpoint.directory(tmp_path).glob("*.tmp*"))
+    newest = checkpoint.path_for(tmp_path, 3)
+    newest.write_bytes(newest.read_bytes()[:100])            # torn
+    with pytest.warns(UserWarning, match="round-000003.pt"):
+        path, payload = checkpoint.newest(tmp_path)
+    assert path.name == "round-000002.pt" and payload["round"] == 2 and payload["x"].tolist() == [0, 1]
+
+
+def test_torn_newest_checkpoint_resumes_from_the_older(tmp_path):
+    out = tmp_path / "t"
+    killed_run(1, "oracle", out)
+    newest = checkpoint.path_for(out, 4)
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    with pytest.warns(UserWarning, match="round-000004.pt"):
+        in_process("oracle", out)
+    in_process("oracle", tmp_path / "whole")
+    assert_same_run(tmp_path / "whole", out)
+
+
+def test_divergence_keeps_the_last_good_checkpoint_and_metrics(tmp_path):
+    out = tmp_path / "d"
+    with pytest.raises(DivergenceError) as e:
+        in_process("local", out, "train.lr=0.5", "train.lr_decay=30", "checkpoint_every=1", "rounds=30")
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert e.value.round >= 3 and len(lines) == e.value.round - 1
+    rounds = [r for r, _ in checkpoint.candidates(out)]
+    assert rounds == [r for r in (e.value.round - 1, e.value.round - 2) if r >= 1]
+
+
+# ----------------------------------------------------------------------------
+# Signals
+
+
+def fake_scontrol(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "scontrol.log"
+    script = bin_dir / "scontrol"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    script.chmod(0o755)
+    return bin_dir, log
+
+
+def wait_for_lines(path, count, proc, timeout=120):
+    end = time.time() + timeout
+    while time.time() < end:
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {count} lines")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_signal_checkpoints_requeues_and_exits(tmp_path, sig):
+    bin_dir, log = fake_scontrol(tmp_path)
+    out = tmp_path / "s"
+    args = overrides("panm_loss", out, "rounds=400", "checkpoint_every=0")
+    extra = dict(PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID="4242", SLURM_ARRAY_JOB_ID="4240",
+                 SLURM_ARRAY_TASK_ID="2")
+    proc = subprocess.Popen(command(1, args), cwd=ROOT, env=env(**extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_lines(out / "metrics.jsonl", 3, proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == checkpoint.EXIT_REQUEUE, err[-3000:]
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    stopped = [r for r, _ in checkpoint.candidates(out)][0]
+    assert stopped == len(lines) < 400 and f"after round {stopped}" in err
+    assert log.read_text().split() == ["requeue", "4240_2"]     # the array task, not the array's job id
+    cfg = load_config(None, args[:-1] + ["checkpoint_every=0", "rounds=400"])
+    summary = run(cfg, prepare(cfg))                          # the requeued job continues
+    assert summary["rounds_completed"] == 400
+    rounds = [json.loads(x)["round"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rounds == list(range(1, 401))
+
+
+def test_ranks_agree_to_stop_when_one_is_signalled(tmp_path):
+    out = tmp_path / "s2"
+    args = overrides("random", out, "rounds=400", "checkpoint_every=0")
+    proc = subprocess.Popen(command(2, args), cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    wait_for_lines(out / "metrics.jsonl", 3, proc)
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(children) == 2
+    os.kill(int(max(children, key=int)), signal.SIGUSR1)    # one worker only
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert err.count("fedclust: stopped on") == 2, err[-3000:]   # both ranks stopped at the same boundary
+    stopped = [r for r, _ in checkpoint.candidates(out)][0]
+    assert stopped == len((out / "metrics.jsonl").read_text().splitlines())
+    assert err.count(f"after round {stopped}") == 2
+
+
+# ----------------------------------------------------------------------------
+# A failing rank
+
+
+def test_a_rank_that_fails_ends_the_others_within_the_timeout(tmp_path):
+    plugin = str(ROOT / "tests" / "plugins" / "threshold_gossip.py")
+    args = overrides("threshold_gossip", tmp_path / "f", f"plugins=[{plugin}]", "threshold_gossip.fail_rank=1",
+                     "threshold_gossip.fail_round=3", "collective_timeout=30")
+    started = time.time()
+    proc = launch(2, args)
+    assert proc.returncode != 0
+    assert time.time() - started < 30 + 60        # start-up and tear-down aside, within the timeout
+    assert "rank 1 fails in round 3" in proc.stderr
