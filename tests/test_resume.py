@@ -30,6 +30,16 @@ WALL = ("round_seconds", "wall_seconds", "mean_round_seconds")
 KILL_AFTER = 5          # of 8 rounds; checkpoints every 2: the resume starts from round 4 and redoes round 5
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """In-process runs on one thread, as the launched ones (OMP_NUM_THREADS=1): sums over threads round
+    differently with their number, and these tests compare runs bit for bit."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def env(**extra):
     return dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **extra)
 
