@@ -299,11 +299,11 @@ class Checkpointer:
 CHECKPOINT_SECONDS = 300.0
 
 
-def _fault_round() -> int | None:
-    """Test hook: FEDCLUST_TEST_KILL_AFTER_ROUND=r makes rank 0 SIGKILL its
-    whole process group after round r's metrics (and checkpoint, if due) are
-    written, as a node failure would."""
-    value = os.environ.get("FEDCLUST_TEST_KILL_AFTER_ROUND")
+def _pause_round() -> int | None:
+    """Test hook: FEDCLUST_TEST_PAUSE_AFTER_ROUND=r makes rank 0, after round
+    r's metrics (and checkpoint, if due) are written, create ``<out>/.paused``
+    and wait there, so that a test can SIGKILL the job at a known round."""
+    value = os.environ.get("FEDCLUST_TEST_PAUSE_AFTER_ROUND")
     return int(value) if value else None
 
 
@@ -330,7 +330,7 @@ def run(cfg, out: str | None = None) -> dict:
         if s.rank == 0 else None
     ckpt = Checkpointer(s, out)
     stop = checkpoint.StopRequest().install()
-    kill_after = _fault_round()
+    pause_after = _pause_round()
     summary = None
     try:
         for t in range(state.round + 1, cfg.rounds + 1):
@@ -345,8 +345,10 @@ def run(cfg, out: str | None = None) -> dict:
                 bar.update(1)
             if ckpt.due(t, outcome):
                 ckpt.write(state)
-            if kill_after == t and s.rank == 0:
-                os.killpg(os.getpgid(0), signal.SIGKILL)
+            if pause_after == t and s.rank == 0:
+                (Path(out) / ".paused").touch()
+                while True:
+                    time.sleep(3600)
             if outcome.stop and t < cfg.rounds:
                 job = checkpoint.requeue() if s.rank == 0 else None
                 raise checkpoint.Stopped(t, stop.signal, ckpt.last_path or

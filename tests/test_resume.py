@@ -61,9 +61,35 @@ def launch(nproc, args, **extra_env):
                           timeout=300, start_new_session=True)
 
 
+def descendants(pid):
+    out, todo = [], [pid]
+    while todo:
+        kids = subprocess.run(["pgrep", "-P", str(todo.pop())], capture_output=True, text=True).stdout.split()
+        out += [int(k) for k in kids]
+        todo += kids
+    return out
+
+
 def killed_run(nproc, name, out, *extra):
-    proc = launch(nproc, overrides(name, out, *extra), FEDCLUST_TEST_KILL_AFTER_ROUND=str(KILL_AFTER))
-    assert proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), proc.stderr[-3000:]
+    """Launch the run, wait until rank 0 has finished round KILL_AFTER, then SIGKILL the job's whole
+    process group (and every process it started), as a node failure or the scheduler would."""
+    proc = subprocess.Popen(command(nproc, overrides(name, out, *extra)), cwd=ROOT,
+                            env=env(FEDCLUST_TEST_PAUSE_AFTER_ROUND=str(KILL_AFTER)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    marker = Path(out) / ".paused"
+    end = time.time() + 240
+    while not marker.exists():
+        assert proc.poll() is None and time.time() < end, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    victims = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
     lines = (Path(out) / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == KILL_AFTER                       # round 5 was written, its checkpoint was not due
     assert [r for r, _ in checkpoint.candidates(out)] == [4, 2]
