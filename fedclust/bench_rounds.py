@@ -22,7 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fedclust import checkpoint, runner
 from fedclust.config import load_config
+from fedclust.dist import make_fabric
 from fedclust.runner import run
 
 DEFAULT_ALGORITHMS = "random,panm_grad,panm_loss"
@@ -40,6 +42,43 @@ def time_algorithm(config: str, name: str, rounds: int, stage1: int, overrides: 
         recs = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines() if x.strip()]
     return {"stage1": [r["round_seconds"] for r in recs if 1 < r["round"] <= stage1],
             "stage2": [r["round_seconds"] for r in recs if r["round"] > stage1]}
+
+
+def checkpoint_cost(config: str, clients: int, rounds: int, overrides: list[str]) -> dict:
+    """Seconds and bytes of one checkpoint of the whole run (every client's
+    weights, the algorithm state, counters) beside the median round time,
+    and the share of run time checkpoints take under the default policy
+    (every max(CHECKPOINT_SECONDS, 50 x cost) seconds) and every 10 rounds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "run")
+        cfg = load_config(config or None, [f"clients={clients}", f"rounds={rounds + 1}", "figures=false",
+                                           "progress=false", f"out={out}", *overrides])
+        s = runner.setup(cfg, make_fabric(cfg.device, cfg.collective_timeout))
+        state = runner.fresh_state(s)
+        seconds = []
+        for t in range(1, rounds + 1):
+            seconds.append(runner.round_step(s, state, t).seconds)
+        writer = runner.Checkpointer(s, out)
+        costs = []
+        for _ in range(3):
+            writer.write(state)
+            costs.append(writer.last_cost)
+        size = checkpoint.size_bytes(writer.last_path)
+    round_s, cost = statistics.median(seconds[1:] or seconds), statistics.median(costs)
+    interval = max(runner.CHECKPOINT_SECONDS, 50 * cost)
+    return {"algorithm": cfg.algorithm.name, "clients": clients, "params": int(state.flat.shape[1]),
+            "round_seconds": round_s, "checkpoint_seconds": cost, "checkpoint_mb": size / 2**20,
+            "share_default": cost / (interval + cost), "share_every_10_rounds": cost / (10 * round_s + cost)}
+
+
+def checkpoint_table(rows: list[dict]) -> str:
+    lines = ["| algorithm | clients | P | s/round | checkpoint s | checkpoint MB | share of run (default policy) | "
+             "share (every 10 rounds) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['algorithm']} | {r['clients']} | {r['params']} | {r['round_seconds']:.3f} | "
+                     f"{r['checkpoint_seconds']:.3f} | {r['checkpoint_mb']:.1f} | {100 * r['share_default']:.2f}% | "
+                     f"{100 * r['share_every_10_rounds']:.2f}% |")
+    return "\n".join(lines) + "\n"
 
 
 def _median(xs: list[float]) -> float | None:
@@ -70,10 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stage1", type=int, default=4, help="stage-one rounds of each run")
     p.add_argument("--cycles", type=int, default=1, help="run the whole list this many times, interleaved")
     p.add_argument("--json", action="store_true", help="print the raw round seconds as JSON")
+    p.add_argument("--checkpoint", default="", metavar="CLIENTS",
+                   help="instead: the cost of one checkpoint at these client counts (comma-separated, e.g. 100,1000)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. device=cuda")
     args = p.parse_args(argv)
     if args.rounds < 2 or not 1 <= args.stage1 <= args.rounds:
         p.error("need --rounds >= 2 and 1 <= --stage1 <= --rounds")
+    if args.checkpoint:
+        rows = [checkpoint_cost(args.config, int(c), args.rounds, args.overrides)
+                for c in args.checkpoint.split(",") if c]
+        print(json.dumps(rows, indent=1) if args.json else checkpoint_table(rows), end="")
+        return 0
     names = [a for a in args.algorithms.split(",") if a]
     results: dict[str, dict[str, list[float]]] = {a: {"stage1": [], "stage2": []} for a in names}
     for _ in range(args.cycles):

@@ -1,0 +1,166 @@
+"""The plug-in boundary: an algorithm defined outside fedclust runs through
+``fedclust run`` on 1 and 2 processes; every registered algorithm (taken
+from the registry) conforms to the base and runs on 2 processes as on 1;
+layers import downward only."""
+
+import ast
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedclust.algorithms import registry
+from fedclust.algorithms.base import Algorithm, Context, PeerAlgorithm
+from fedclust.config import load_config
+from fedclust.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = str(ROOT / "tests" / "plugins" / "threshold_gossip.py")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+from record import GOLDEN_OVERRIDES  # noqa: E402
+
+
+def launch(nproc, args):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "fedclust", "run", *args] if nproc == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+        "-m", "fedclust", "run", *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(x) for x in (Path(args[-1].split("=", 1)[1]) / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_an_outside_algorithm_runs_on_one_and_two_processes(tmp_path):
+    args = GOLDEN_OVERRIDES + ["algorithm.name=threshold_gossip", f"plugins=[{PLUGIN}]",
+                               "threshold_gossip.threshold=0.3"]
+    one = launch(1, args + [f"out={tmp_path / 'one'}"])
+    two = launch(2, args + [f"out={tmp_path / 'two'}"])
+    assert [r["round"] for r in one] == list(range(1, 9))
+    for a, b in zip(one, two):
+        assert a["neighbor_precision"] == pytest.approx(b["neighbor_precision"], abs=1e-12)
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01)
+    assert any(r["models_received_total"] > 0 for r in one)    # it did average with someone
+    # its section is a config section like any other: listed, typed, validated, saved
+    out = subprocess.run([sys.executable, "-m", "fedclust", "check", "--keys", f"plugins=[{PLUGIN}]"], cwd=ROOT,
+                         capture_output=True, text=True).stdout.split()
+    assert "threshold_gossip.threshold" in out
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [f"plugins=[{PLUGIN}]", "algorithm.name=threshold_gossip", "threshold_gossip.threshold=2",
+                           "data.name=synthetic"])
+    assert e.value.field == "threshold_gossip.threshold"
+    saved = load_config(tmp_path / "one" / "config.yaml")
+    assert saved.threshold_gossip.threshold == 0.3
+
+
+def test_registry_refuses_duplicates_and_unknown_names():
+    with pytest.raises(ValueError, match="registered twice"):
+        @registry.register
+        class Again(PeerAlgorithm):
+            name = "random"
+    with pytest.raises(ConfigError) as e:
+        registry.get("randm")
+    assert e.value.field == "algorithm.name" and "random" in str(e.value)
+
+
+@pytest.mark.parametrize("name", registry.builtin_names())
+def test_every_registered_algorithm_conforms(name):
+    cls = registry.get(name)
+    assert issubclass(cls, Algorithm) and cls.name == name and cls.topology in ("peer", "server")
+    cfg = load_config(None, GOLDEN_OVERRIDES + [f"algorithm.name={name}"])
+    for section, section_cls in cls.sections.items():
+        assert dataclasses.is_dataclass(section_cls) and isinstance(getattr(cfg, section), section_cls)
+        getattr(cfg, section).validate(cfg)
+    algo = cls.from_config(cfg)
+    n, P = cfg.clients, 12
+    ids = torch.arange(2, 5)
+    ctx = Context(n=n, client_ids=ids, clusters=torch.arange(n) % 2, seed=1, stage1_rounds=cfg.stage1_rounds,
+                  w0=torch.randn(P, generator=torch.Generator().manual_seed(0)), device=torch.device("cpu"),
+                  pair_loss=lambda m, o: m.pow(2).mean(1), pool_loss=lambda m, p: m[p].pow(2).mean(-1))
+    if name == "ifca":   # IFCA builds its further cluster models from the architecture: give it one of P params
+        algo.arch, algo.input_shape, algo.num_classes = "logreg", (5,), 2
+    state = algo.init(ctx)
+    saved = algo.state_dict(state)
+    assert set(saved) == {"clients", "server"}
+    for rows in saved["clients"].values():
+        assert rows is None or rows.shape[0] == len(ids)
+    back = algo.load_state_dict(ctx, saved)
+    assert type(back) is type(state)
+    if state is not None:
+        for f in dataclasses.fields(state):
+            a, b = getattr(state, f.name), getattr(back, f.name)
+            same = torch.equal(a.isnan() if a.is_floating_point() else a, b.isnan() if b.is_floating_point() else b) \
+                and torch.equal(a.nan_to_num(), b.nan_to_num()) if isinstance(a, torch.Tensor) else a == b
+            assert same, f.name
+
+
+@pytest.mark.parametrize("name", registry.builtin_names())
+def test_every_registered_algorithm_runs_on_two_processes_as_on_one(tmp_path, name):
+    golden = [json.loads(x) for x in (ROOT / "tests" / "golden" / f"{name}.jsonl").read_text().splitlines()]
+    two = launch(2, GOLDEN_OVERRIDES + [f"algorithm.name={name}", f"out={tmp_path / 'two'}"])
+    assert len(two) == len(golden)
+    for a, b in zip(golden, two):
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01), a["round"]
+        assert a["models_received_total"] == b["models_received_total"]
+        for key in ("neighbor_precision", "neighbor_recall", "num_clusters", "ari"):
+            assert a.get(key) == pytest.approx(b.get(key), abs=1e-9), (key, a["round"])
+
+
+# ----------------------------------------------------------------------------
+# Layers
+
+
+LAYERS = [
+    {"fedclust.errors", "fedclust.rng", "fedclust.__version__"},
+    {"fedclust.schema"},
+    {"fedclust.data", "fedclust.engine", "fedclust.models", "fedclust.dist", "fedclust.metrics", "fedclust.theory",
+     "fedclust.progress"},
+    {"fedclust.algorithms"},
+    {"fedclust.config", "fedclust.outputs", "fedclust.figures", "fedclust.report", "fedclust.checkpoint",
+     "fedclust.bench"},
+    {"fedclust.runner"},
+    {"fedclust.bench_rounds"},
+    {"fedclust.cli", "fedclust.__main__"},
+]
+
+
+def _layer(module: str) -> int:
+    for i, group in enumerate(LAYERS):
+        if any(module == g or module.startswith(g + ".") for g in group):
+            return i
+    raise AssertionError(f"{module} is in no layer of this test")
+
+
+def _imports(path: Path):
+    """(imported fedclust module, at top level?) of a source file."""
+    tree = ast.parse(path.read_text())
+    top = set(id(n) for n in tree.body)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedclust"):
+            names = [f"{node.module}.{a.name}" for a in node.names]
+            for full in names:
+                yield (full if full.replace(".", "/") + ".py" in _FILES else node.module), id(node) in top
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("fedclust"):
+                    yield a.name, id(node) in top
+
+
+_FILES = {str(p.relative_to(ROOT)).replace(os.sep, "/") for p in (ROOT / "fedclust").rglob("*.py")}
+
+
+def test_layers_import_downward_only_and_never_inside_functions():
+    for rel in sorted(_FILES):
+        module = rel[:-3].replace("/", ".").removesuffix(".__init__")
+        if module == "fedclust":
+            continue   # the package's own __init__ (a docstring and the version)
+        here = _layer(module)
+        for target, at_top in _imports(ROOT / rel):
+            if module == "fedclust.cli" or (module, target) == ("fedclust.algorithms.registry", "fedclust.algorithms"):
+                continue   # the CLI imports subcommands when called; the registry walks its own package
+            assert at_top, f"{module} imports {target} inside a function"
+            assert _layer(target) <= here, f"{module} (layer {here}) imports {target} (layer {_layer(target)})"
