@@ -5,11 +5,13 @@ adjusted Rand index against the truth)."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
+from torchmetrics.functional.clustering import adjusted_rand_score
 
 
 def neighbor_precision_recall(lists: torch.Tensor, clusters: torch.Tensor, client_ids: torch.Tensor):
@@ -48,27 +50,19 @@ def graph_components(adjacency: np.ndarray) -> np.ndarray:
 
 
 def adjusted_rand_index(labels_true, labels_pred) -> float:
-    """Adjusted Rand index (Hubert and Arabie) from the contingency table."""
-    t = np.asarray(labels_true)
-    p = np.asarray(labels_pred)
-    n = len(t)
-    _, ti = np.unique(t, return_inverse=True)
-    _, pi = np.unique(p, return_inverse=True)
-    table = np.zeros((ti.max() + 1, pi.max() + 1), dtype=np.int64)
-    np.add.at(table, (ti, pi), 1)
-
-    def comb2(x):
-        return x * (x - 1) / 2.0
-
-    index = comb2(table).sum()
-    a = comb2(table.sum(1)).sum()
-    b = comb2(table.sum(0)).sum()
-    total = comb2(n)
-    expected = a * b / total if total else 0.0
-    maximum = (a + b) / 2.0
-    if math.isclose(maximum, expected):
-        return 1.0  # both partitions trivial and equal in form (e.g. all singletons)
-    return float((index - expected) / (maximum - expected))
+    """Adjusted Rand index (Hubert and Arabie), torchmetrics'
+    ``adjusted_rand_score``, computed in float64 (its sums follow the default
+    dtype: float32 would round the index in the 8th digit)."""
+    t = torch.as_tensor(np.asarray(labels_true), dtype=torch.int64)
+    p = torch.as_tensor(np.asarray(labels_pred), dtype=torch.int64)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with warnings.catch_warnings():   # its sparse contingency table warns about invariant checks
+            warnings.simplefilter("ignore", UserWarning)
+            return float(adjusted_rand_score(p, t))
+    finally:
+        torch.set_default_dtype(default)
 
 
 def cluster_recovery(adjacency: np.ndarray, clusters) -> dict:
