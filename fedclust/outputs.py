@@ -82,6 +82,7 @@ class RunWriter:
                 group=cfg.wandb.group or None, config=config_mod.to_dict(cfg), dir=str(self.dir),
                 name=self.dir.name,
             )
+            self.run_id = self._wandb.id   # saved in checkpoints (resuming the W&B run itself: issue 11)
 
     def log_round(self, record: dict) -> None:
         record = _clean(record)
