@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fedclust import checkpoint, runner
+from fedclust import runner
 from fedclust.config import load_config
 from fedclust.dist import make_fabric
 from fedclust.runner import run
@@ -63,7 +63,7 @@ def checkpoint_cost(config: str, clients: int, rounds: int, overrides: list[str]
         for _ in range(3):
             writer.write(state)
             costs.append(writer.last_cost)
-        size = checkpoint.size_bytes(writer.last_path)
+        size = writer.last_path.stat().st_size
     round_s, cost = statistics.median(seconds[1:] or seconds), statistics.median(costs)
     interval = max(runner.CHECKPOINT_SECONDS, 50 * cost)
     return {"algorithm": cfg.algorithm.name, "clients": clients, "params": int(state.flat.shape[1]),

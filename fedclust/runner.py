@@ -195,26 +195,25 @@ def _gather_tensor(s: Setup, rows):
     return full.bool() if rows.dtype == torch.bool else full
 
 
-def _cpu(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
+def _map_tensors(value, fn):
+    """``value`` with ``fn`` applied to every tensor in it (nested lists, tuples, dicts); numpy arrays count as tensors."""
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(value.copy())
+        value = torch.from_numpy(value.copy())
+    if isinstance(value, torch.Tensor):
+        return fn(value)
     if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
+        return type(value)(_map_tensors(v, fn) for v in value)
     if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
     return value
+
+
+def _cpu(value):
+    return _map_tensors(value, lambda x: x.detach().cpu())
 
 
 def _to(value, device):
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to(v, device) for v in value)
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    return value
+    return _map_tensors(value, lambda x: x.to(device, copy=True))   # a copy: never a view of the mapped file
 
 
 def checkpoint_payload(s: Setup, state: LoopState) -> dict | None:
@@ -242,7 +241,7 @@ def restore_state(s: Setup, payload: dict) -> LoopState:
     lo, hi = (int(ids[0]), int(ids[-1]) + 1) if len(ids) else (0, 0)
 
     def mine(full):
-        return None if full is None else full[lo:hi].to(s.device)
+        return None if full is None else full[lo:hi].to(s.device, copy=True)   # not a view of the mapped file
 
     algo_saved = {"clients": {k: mine(v) for k, v in payload["algorithm"]["clients"].items()},
                   "server": _to(payload["algorithm"]["server"], s.device)}
@@ -251,12 +250,12 @@ def restore_state(s: Setup, payload: dict) -> LoopState:
     traffic.received, traffic.max_round = mine(tr["received"]), mine(tr["max_round"])
     traffic.server_received, traffic.server_sent, traffic.server_max = (
         tr["server_received"], tr["server_sent"], tr["server_max"])
-    saved = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in payload["saved"].items()}
+    saved = {k: (v.clone().numpy() if isinstance(v, torch.Tensor) else v) for k, v in payload["saved"].items()}
     lists = payload["final_lists"]
     return LoopState(round=int(payload["round"]), flat=mine(payload["weights"]).contiguous(),
                      algo_state=s.algo.load_state_dict(s.ctx, algo_saved), traffic=traffic,
                      stage1_counts=mine(payload["stage1_counts"]), saved=saved, history=list(payload["history"]),
-                     final_lists=None if lists is None else lists.numpy(),
+                     final_lists=None if lists is None else lists.clone().numpy(),
                      final_assignment=_to(payload["final_assignment"], s.device), run_id=payload.get("run_id"))
 
 

@@ -292,11 +292,12 @@ def dump(cfg: Config) -> str:
 # ----------------------------------------------------------------------------
 # Validation: the one place every value is checked.
 
-def _one_of(path: str, value: Any, allowed) -> None:
+def one_of(path: str, value: Any, allowed, why: str = "") -> None:
+    """Refuse a value outside ``allowed``, naming the closest allowed one and, if given, what the key means."""
     if value not in allowed:
         close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(path, value, f"must be one of {sorted(allowed)}{hint}")
+        raise ConfigError(path, value, f"must be one of {sorted(allowed)}{hint}" + (f": {why}" if why else ""))
 
 
 def _positive(path: str, value: float, strict: bool = True) -> None:
@@ -325,10 +326,10 @@ def validate_core(cfg: Config) -> None:
         raise ConfigError("algorithm.alpha", cfg.algorithm.alpha, "must lie in [0, 1]")
     if not 0.0 < cfg.participation <= 1.0:
         raise ConfigError("participation", cfg.participation, "must lie in (0, 1]: the share of clients per round")
-    _one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})
+    one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})
     if cfg.model == "cnn" and cfg.data.name != "cifar10":
         raise ConfigError("model", cfg.model, "the CNN takes 32x32x3 images: use it with data.name=cifar10, or model=mlp")
-    _one_of("device", cfg.device, {"auto", "cpu", "cuda"})
+    one_of("device", cfg.device, {"auto", "cpu", "cuda"})
     t = cfg.train
     _positive("train.lr", t.lr)
     _positive("train.lr_decay", t.lr_decay)
@@ -336,10 +337,10 @@ def validate_core(cfg: Config) -> None:
         raise ConfigError("train.momentum", t.momentum, "must lie in [0, 1)")
     _positive("train.batch_size", t.batch_size)
     _positive("train.local_epochs", t.local_epochs)
-    _one_of("wandb.mode", cfg.wandb.mode, {"online", "offline"})
+    one_of("wandb.mode", cfg.wandb.mode, {"online", "offline"})
     if cfg.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every,
                           "must be >= 0 rounds between checkpoints (0: only on a signal and at the end)")
-    _one_of("resume", cfg.resume, set(RESUME_MODES))
+    one_of("resume", cfg.resume, set(RESUME_MODES))
     finite("collective_timeout", cfg.collective_timeout,
            "must be a finite number of seconds > 0 (how long a rank waits for the others in a collective)")

@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
-from fedclust.algorithms.aggregation import gossip
+from fedclust.algorithms.aggregation import gossip, own
 from fedclust.errors import ConfigError
 
 
@@ -100,7 +100,7 @@ def server_result(ctx: Context, models: torch.Tensor, assignment: torch.Tensor, 
     client got from the server this round (replicated; this rank's rows are
     reported), ``uploads`` models the server received."""
     return RoundResult(models=models.contiguous(), assignment=assignment.to(torch.int64),
-                       received=received[ctx.client_ids.to(received.device)].to(torch.float64),
+                       received=own(ctx, received).to(torch.float64),
                        server_received=int(uploads), server_sent=int(received.sum()))
 
 

@@ -85,6 +85,7 @@ started from, so with p < 1 the round gathers the start models too
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -294,9 +295,7 @@ class Cfl(Algorithm):
 
     @classmethod
     def from_config(cls, cfg) -> "Cfl":
-        c = cfg.cfl
-        return cls(eps1=c.eps1, eps2=c.eps2, gamma_max=c.gamma_max, warmup=c.warmup,
-                   scale_to_model=c.scale_to_model, participation=cfg.participation)
+        return cls(**dataclasses.asdict(cfg.cfl), participation=cfg.participation)   # the section's fields are Cfl's
 
     def __post_init__(self):
         check_thresholds(self.eps1, self.eps2)

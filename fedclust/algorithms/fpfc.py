@@ -73,6 +73,7 @@ thresholds, ``cfl.py``): the server uses ``u_1·λ``, ``u_1·ξ``, ``u_1·ν``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -401,9 +402,7 @@ class Fpfc(Algorithm):
 
     @classmethod
     def from_config(cls, cfg) -> "Fpfc":
-        f = cfg.fpfc
-        return cls(lam=f.lam, a=f.a, xi=f.xi, rho=f.rho, nu=f.nu, scale_to_model=f.scale_to_model,
-                   participation=cfg.participation)
+        return cls(**dataclasses.asdict(cfg.fpfc), participation=cfg.participation)   # the section's fields are Fpfc's
 
     def __post_init__(self):
         check_penalty(self.lam, self.a, self.xi, self.rho)

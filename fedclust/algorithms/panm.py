@@ -32,6 +32,7 @@ from fedclust.algorithms.hnm import draw_average, hnm_draw, hnm_update
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import loss_em_input, recorded_similarity, similarity_for
 from fedclust.errors import ConfigError
+from fedclust.schema import one_of
 
 PANM_EM_INPUTS = ("neg_loss", "inverse")
 PANM_EM_VARIANCES = ("separate", "tied")
@@ -55,13 +56,10 @@ class PanmConfig:
     hnm_alpha: float = 0.0
 
     def validate(self, cfg) -> None:
-        if self.em_input not in PANM_EM_INPUTS:
-            raise ConfigError("panm.em_input", self.em_input, f"use one of {', '.join(PANM_EM_INPUTS)} (what "
-                              "PANMLoss's HNM runs its EM on: neg_loss = -F, the default; inverse = 1/F as PANM "
-                              "paper writes it)")
-        if self.em_variance not in PANM_EM_VARIANCES:
-            raise ConfigError("panm.em_variance", self.em_variance, f"use one of {', '.join(PANM_EM_VARIANCES)} "
-                              "(the variances of HNM's two Gaussians: one per component, or one pooled for both)")
+        one_of("panm.em_input", self.em_input, PANM_EM_INPUTS, "what PANMLoss's HNM runs its EM on: neg_loss = -F, "
+               "the default; inverse = 1/F as PANM paper writes it")
+        one_of("panm.em_variance", self.em_variance, PANM_EM_VARIANCES, "the variances of HNM's two Gaussians: "
+               "one per component, or one pooled for both")
         if not 0.0 <= self.hnm_alpha <= 1.0:
             raise ConfigError("panm.hnm_alpha", self.hnm_alpha, "must lie in [0, 1]: the weight of the update "
                               "cosine in the similarity HNM's EM runs on (0, the default: the weight cosine alone; "

@@ -59,6 +59,7 @@ from fedclust.algorithms.cni import draw_candidates, top_k_in_mask
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import recorded_similarity, similarity_for
 from fedclust.errors import ConfigError
+from fedclust.schema import one_of
 
 PENS_COUNTS = ("reference", "selected", "drawn_and_selected")
 PENS_EMPTY_LISTS = ("last_topk", "alone")
@@ -84,13 +85,10 @@ class PensConfig:
 
     def validate(self, cfg) -> None:
         clients = cfg.clients
-        if self.count not in PENS_COUNTS:
-            raise ConfigError("pens.count", self.count, f"use one of {', '.join(PENS_COUNTS)} (what counts toward "
-                              "PENS's threshold: reference = top-k picks above k*T1/(n-1) - 1, the default; "
-                              "selected and drawn_and_selected use ceil(T1*(l+k)/n))")
-        if self.empty_list not in PENS_EMPTY_LISTS:
-            raise ConfigError("pens.empty_list", self.empty_list, f"use one of {', '.join(PENS_EMPTY_LISTS)} "
-                              "(what an empty fixed list becomes: the last stage-one top k, or no peers at all)")
+        one_of("pens.count", self.count, PENS_COUNTS, "what counts toward PENS's threshold: reference = top-k "
+               "picks above k*T1/(n-1) - 1, the default; selected and drawn_and_selected use ceil(T1*(l+k)/n)")
+        one_of("pens.empty_list", self.empty_list, PENS_EMPTY_LISTS, "what an empty fixed list becomes: the last "
+               "stage-one top k, or no peers at all")
         if not 0 <= self.stage2_neighbours <= clients - 1:
             raise ConfigError("pens.stage2_neighbours", self.stage2_neighbours,
                               f"must lie in [0, clients - 1 = {clients - 1}]: peers drawn from the fixed list each "

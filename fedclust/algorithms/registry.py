@@ -40,11 +40,6 @@ def register(cls: type[Algorithm]) -> type[Algorithm]:
     return cls
 
 
-def unregister(name: str) -> None:
-    """Remove an algorithm (tests that register throw-away ones); its sections stay."""
-    _CLASSES.pop(name, None)
-
-
 def names() -> list[str]:
     load_builtin()
     return sorted(_CLASSES)
