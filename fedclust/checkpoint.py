@@ -28,8 +28,10 @@ from pathlib import Path
 
 import torch
 
+from fedclust.algorithms import registry
 from fedclust.errors import ConfigError, FedclustError
 from fedclust.outputs import RUN_FILES
+from fedclust.schema import CORE_KEYS
 
 FORMAT = 1
 DIRNAME = "checkpoints"
@@ -60,7 +62,7 @@ def candidates(out: str | Path) -> list[tuple[int, Path]]:
 
 def read(path: str | Path) -> dict:
     """A checkpoint's contents (CPU tensors); raises on a torn or foreign file."""
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)   # pages read when used
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or not payload.get("complete"):
         raise ValueError(f"not a complete fedclust checkpoint (format {FORMAT})")
     return payload
@@ -107,26 +109,24 @@ def write(out: str | Path, round_: int, payload: dict, keep: int = KEEP) -> Path
     return final
 
 
-def size_bytes(path: str | Path) -> int:
-    return Path(path).stat().st_size
-
-
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
-        if isinstance(v, dict) and k != "sections":
+        if isinstance(v, dict):
             out.update(_flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
 
 
-def config_differences(saved: dict, now: dict) -> list[str]:
+def config_differences(saved: dict, now: dict, sections: tuple[str, ...] = ()) -> list[str]:
     """Dotted keys whose values differ between two configs (as
-    :func:`fedclust.schema.to_dict` writes them), except run-length and
-    output keys (:data:`RESUMABLE_KEYS`)."""
+    :func:`fedclust.schema.to_dict` writes them): the core keys and those of
+    ``sections`` (the run's algorithm's; other algorithms' sections, present
+    or not as plugins are loaded, do not affect the run), except run-length
+    and output keys (:data:`RESUMABLE_KEYS`)."""
     a, b = _flatten(saved), _flatten(now)
-    keys = sorted(set(a) | set(b))
+    keys = sorted(k for k in set(a) | set(b) if k.split(".", 1)[0] in CORE_KEYS or k.split(".", 1)[0] in sections)
     return [k for k in keys if a.get(k) != b.get(k)
             and not any(k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_KEYS)]
 
@@ -155,11 +155,11 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
                               "or move the old run away (nothing is overwritten)")
         return None
     path, payload = found
-    diff = config_differences(payload["config"], config_dict)
+    diff = config_differences(payload["config"], config_dict, tuple(registry.get(cfg.algorithm.name).sections))
     if diff:
-        shown = ", ".join(f"{k} ({_flatten(payload['config']).get(k)!r} -> {_flatten(config_dict).get(k)!r})"
-                          for k in diff[:8])
-        raise ConfigError(diff[0], _flatten(config_dict).get(diff[0]),
+        old, new = _flatten(payload["config"]), _flatten(config_dict)
+        shown = ", ".join(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in diff[:8])
+        raise ConfigError(diff[0], new.get(diff[0]),
                           f"the checkpoint {path} was written with another config; differing keys: {shown}. Only "
                           "run length (rounds) and output keys may change on resume; use the old values, or "
                           "another out=DIR (resume=never refuses to continue)")

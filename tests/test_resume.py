@@ -187,6 +187,14 @@ def test_resume_modes_and_config_differences(tmp_path):
     assert whole["final_accuracy"] == summary["final_accuracy"]
 
 
+def test_only_the_run_algorithms_sections_are_compared():
+    saved = {"clients": 8, "train": {"lr": 0.08}, "pens": {"count": "reference"}}
+    now = {"clients": 8, "train": {"lr": 0.08}, "pens": {"count": "selected"}, "my_plugin": {"x": 1}}
+    assert checkpoint.config_differences(saved, now, ("my_plugin",)) == ["my_plugin.x"]
+    assert checkpoint.config_differences(saved, now, ("pens",)) == ["pens.count"]
+    assert checkpoint.config_differences(saved, dict(now, rounds=9, train={"lr": 0.1}), ()) == ["train.lr"]
+
+
 def test_checkpoints_are_atomic_and_two_are_kept(tmp_path):
     for r in (1, 2, 3):
         checkpoint.write(tmp_path, r, {"config": {}, "x": torch.arange(r)})
