@@ -349,7 +349,7 @@ def run(cfg, out: str | None = None) -> dict:
                 while True:
                     time.sleep(3600)
             if outcome.stop and t < cfg.rounds:
-                job = checkpoint.requeue() if s.rank == 0 else None
+                job = checkpoint.requeue() if s.rank == 0 else checkpoint.slurm_job()   # rank 0 requeues the job
                 raise checkpoint.Stopped(t, stop.signal, ckpt.last_path or
                                          checkpoint.path_for(out, t), job)
         if state.round < cfg.rounds or not state.history:

@@ -1,0 +1,26 @@
+#!/bin/bash
+# A short CPU run through Slurm: 2 tasks on one node, gloo, no GPU.  The tests
+# submit it to a one-node Slurm cluster (tests/slurm/start_cluster.sh); it is
+# also the quickest check that a new cluster or environment works:
+#
+#   sbatch --wait slurm/smoke_cpu.sh                        # Synthetic, 16 clients, 10 rounds
+#   sbatch slurm/smoke_cpu.sh rounds=40 algorithm.name=ifca # any KEY=VALUE passes through
+#   CONFIG=configs/fmnist_rotation2.yaml sbatch slurm/smoke_cpu.sh clients=8 rounds=4
+#
+# Same signal/requeue settings as the GPU scripts: USR1 60 s before the time
+# limit, or `scancel --signal=USR1 JOBID`, makes the run checkpoint, requeue
+# the job and exit; the requeued job continues the run in the same directory
+# (runs/slurm/<job name>-<job id>, or $OUT).  Submit from the repository root.
+#SBATCH --job-name=fedclust-smoke
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=1
+#SBATCH --time=00:15:00
+#SBATCH --signal=USR1@60
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=slurm-%x-%j.out
+set -euo pipefail
+source "${SLURM_SUBMIT_DIR:-.}/slurm/fedclust_srun.sh"
+fedclust_srun "${CONFIG:-configs/synthetic_cluster4.yaml}" \
+  algorithm.name=panm_grad clients=16 rounds=10 stage1_rounds=5 train.local_epochs=2 figures=false device=cpu "$@"
