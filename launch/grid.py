@@ -1,0 +1,66 @@
+"""Grids of runs: ``KEY=v1,v2`` axes expanded to points, each point's run
+directory named from its values (the same grid gives the same directories,
+so a grid submitted again finds the runs it already has)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedclust.errors import FedclustError
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a grid: its overrides (the grid's values) and directory."""
+
+    values: tuple[tuple[str, str], ...]
+    out: Path
+
+    @property
+    def overrides(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.values]
+
+    @property
+    def finished(self) -> bool:
+        return (self.out / "summary.json").is_file()
+
+
+def parse_axes(specs: list[str]) -> list[tuple[str, list[str]]]:
+    """``["seed=0,1", "algorithm.name=a,b"]`` -> ``[("seed", ["0", "1"]), ...]``."""
+    axes: list[tuple[str, list[str]]] = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip()
+        items = [v.strip() for v in values.split(",")]
+        if not sep or not key or not all(items):
+            raise FedclustError(f"--grid {spec!r}: write each axis as KEY=V1,V2,... (e.g. seed=0,1,2), with no empty value")
+        if key in {k for k, _ in axes}:
+            raise FedclustError(f"--grid: key {key!r} is given twice; put all its values in one axis ({key}=V1,V2)")
+        if key == "out":
+            raise FedclustError("--grid out=...: each point's run directory is named by the grid; set the grid's "
+                                "folder with --out instead")
+        if len(set(items)) != len(items):
+            raise FedclustError(f"--grid {spec!r}: a value is repeated; give each value once")
+        axes.append((key, items))
+    return axes
+
+
+def dir_name(values: tuple[tuple[str, str], ...]) -> str:
+    """``algorithm.name=panm_grad,seed=0``: the point's values in the grid's
+    order; characters that do not belong in a file name become ``_``."""
+    if not values:
+        return "run"
+    return ",".join(re.sub(r"[^A-Za-z0-9._=+-]", "_", f"{k}={v}") for k, v in values)
+
+
+def expand(axes: list[tuple[str, list[str]]], root: str | Path) -> list[Point]:
+    """Every combination of the axes' values (the last axis varies fastest)."""
+    keys = [k for k, _ in axes]
+    points = []
+    for combo in itertools.product(*[vals for _, vals in axes]):
+        values = tuple(zip(keys, combo))
+        points.append(Point(values, Path(root) / dir_name(values)))
+    return points

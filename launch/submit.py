@@ -1,0 +1,158 @@
+"""Submit a grid of fedclust runs: one run per grid point, as one Slurm job
+array through submitit, or on this machine in sequence (``--local``).
+
+    python -m launch.submit configs/cifar_rotation4.yaml --grid seed=0,1,2 \\
+        algorithm.name=panm_loss,panm_grad --partition P --gpus 4 --time 120
+    python -m launch.submit configs/fmnist_rotation2.yaml rounds=50 --grid seed=0,1 --local
+
+From Python: ``submit_grid("configs/x.yaml", ["seed=0,1"], resources=Resources(gpus=1))``.
+
+Each point runs into ``OUT/<key=value,...>`` (OUT: ``--out``, default
+``runs/<config name>-grid``).  Submitting the same grid again skips the runs
+that finished (their ``summary.json`` exists) and those whose job is still
+queued or running; an unfinished run is submitted again and resumes from its
+newest checkpoint.  On Slurm, each task gets USR1 ``--signal-seconds`` before
+its time limit, checkpoints, requeues itself and resumes.  Every point's
+config is checked before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedclust.errors import FedclustError
+
+from launch.grid import Point, expand, parse_axes
+from launch.jobs import ACTIVE_STATES, Ledger, Resources, job_state, run_local, submit_slurm, wait_for
+
+
+def check_points(config: str | None, fixed: list[str], points: list[Point]) -> None:
+    """Every point's config loads, validates and may use its directory
+    (fedclust's own checks: a directory holding another run is refused)."""
+    from fedclust.config import load_config
+    from fedclust.runner import prepare
+
+    for p in points:
+        try:
+            prepare(load_config(config, [*fixed, *p.overrides, f"out={p.out}"]))
+        except FedclustError as exc:
+            raise FedclustError(f"grid point {p.out.name}: {exc}") from None
+
+
+def plan(points: list[Point], ledger: Ledger) -> tuple[list[Point], list[tuple[Point, str]]]:
+    """(to run, [(skipped, why)])."""
+    last = ledger.last_jobs()
+    todo, skipped = [], []
+    for p in points:
+        if p.finished:
+            skipped.append((p, "finished"))
+            continue
+        job = last.get(str(p.out))
+        state = job_state(job) if job else None
+        if state in ACTIVE_STATES:
+            skipped.append((p, f"job {job} is {state}"))
+            continue
+        todo.append(p)
+    return todo, skipped
+
+
+def submit_grid(config: str | None, grid: list[str], overrides: list[str] = (), out: str | None = None,
+                resources: Resources | None = None, local: bool = False, wait: bool = False,
+                dry_run: bool = False, echo=print) -> list[Point]:
+    """Expand, check, and submit (or run) the grid's unfinished points; returns
+    every point of the grid.  With ``wait`` (always with ``local``) returns
+    when all have ended, raising if any ended without a summary."""
+    res = resources or Resources()
+    res.check()
+    fixed = list(overrides)
+    for o in fixed:
+        if o.startswith("out="):
+            raise FedclustError(f"{o}: each grid point's run directory is named by the grid; set the grid's folder with --out")
+    root = Path(out or f"runs/{Path(config).stem if config else 'defaults'}-grid")
+    points = expand(parse_axes(list(grid)), root)
+    check_points(config, fixed, points)
+    ledger = Ledger(root)
+    todo, skipped = plan(points, ledger)
+    for p, why in skipped:
+        echo(f"skip   {p.out}  ({why})")
+    if dry_run:
+        for p in todo:
+            echo(f"would run {p.out}  ({' '.join(p.overrides)})")
+        return points
+    failed: list[tuple[Point, str]] = []
+    if not todo:
+        echo(f"nothing to submit: all {len(points)} runs of the grid are finished or queued")
+    elif local:
+        for i, p in enumerate(todo, 1):
+            echo(f"run    {p.out}  ({i}/{len(todo)} on this machine)")
+            rc = run_local(p, config, fixed, max(1, res.gpus or res.tasks))
+            if rc != 0 or not p.finished:
+                failed.append((p, f"fedclust run exited with status {rc}"))
+    else:
+        name = f"fedclust-{root.name}"
+        entries = submit_slurm(todo, config, fixed, root / ".submitit", name, res)
+        ledger.record(entries)
+        for p, job, log in entries:
+            echo(f"submit {p.out}  (job {job}, log {log})")
+        if wait:
+            failed = wait_for(entries)
+    echo("run directories:")
+    for p in points:
+        echo(f"  {p.out}")
+    echo(f"results table: fedclust report {root}/*")
+    if failed:
+        raise FedclustError("; ".join(f"{p.out}: {why}" for p, why in failed))
+    return points
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m launch.submit", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("config", help="YAML config, e.g. configs/cifar_rotation4.yaml")
+    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for every run")
+    ap.add_argument("--grid", nargs="+", required=True, metavar="KEY=V1,V2",
+                    help="the grid's axes; every combination is one run")
+    ap.add_argument("--out", help="folder of the grid's run directories (default runs/<config name>-grid)")
+    ap.add_argument("--local", action="store_true", help="run the grid on this machine, one run after another")
+    ap.add_argument("--wait", action="store_true", help="wait for the Slurm jobs and print the results table")
+    ap.add_argument("--dry-run", action="store_true", help="print what would run, submit nothing")
+    r = Resources()
+    ap.add_argument("--partition", help="Slurm partition")
+    ap.add_argument("--account", help="Slurm account")
+    ap.add_argument("--qos", help="Slurm QOS")
+    ap.add_argument("--gpus", type=int, default=r.gpus, help="GPUs per node, one task (process) each; 0: CPU tasks")
+    ap.add_argument("--tasks", type=int, default=r.tasks, help="CPU tasks (processes) per node when --gpus 0")
+    ap.add_argument("--cpus-per-task", type=int, default=r.cpus_per_task)
+    ap.add_argument("--nodes", type=int, default=r.nodes)
+    ap.add_argument("--mem", help="Slurm --mem per node, e.g. 64G")
+    ap.add_argument("--time", type=int, default=r.time_min, help="time limit of each job, minutes")
+    ap.add_argument("--signal-seconds", type=int, default=r.signal_seconds,
+                    help="USR1 this many seconds before the limit: checkpoint, requeue, resume")
+    ap.add_argument("--parallel", type=int, default=r.parallel, help="array tasks running at once")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_intermixed_args(argv)   # overrides may stand between options
+    res = Resources(partition=args.partition, account=args.account, qos=args.qos, gpus=args.gpus, tasks=args.tasks,
+                    cpus_per_task=args.cpus_per_task, nodes=args.nodes, time_min=args.time,
+                    signal_seconds=args.signal_seconds, parallel=args.parallel, mem=args.mem)
+    try:
+        points = submit_grid(args.config, args.grid, args.overrides, args.out, res, local=args.local,
+                             wait=args.wait, dry_run=args.dry_run)
+    except FedclustError as exc:
+        print(f"launch.submit: error: {exc}", file=sys.stderr)
+        return 2
+    if (args.local or args.wait) and not args.dry_run:
+        from fedclust import report
+
+        done = [str(p.out) for p in points if p.finished]
+        if done:
+            report.main(done)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

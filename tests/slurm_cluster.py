@@ -1,0 +1,100 @@
+"""A one-node Slurm cluster for the tests (tests/slurm/start_cluster.sh), and
+helpers to submit to it and wait for its jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+START = ROOT / "tests" / "slurm" / "start_cluster.sh"
+CLUSTER_DIR = Path(tempfile.gettempdir()) / "fedclust-test-slurm"
+WALL_KEYS = {"wall_seconds", "mean_round_seconds", "round_seconds"}
+
+
+def start() -> dict:
+    """Start the cluster (or find it up); the environment to talk to it.
+    Skips, printing why, where Slurm cannot start, unless the environment
+    says FEDCLUST_REQUIRE_SLURM=1 (CI, which installs it), where it fails."""
+    proc = subprocess.run(["bash", str(START), str(CLUSTER_DIR)], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"start_cluster.sh exited {proc.returncode}"])[-1]
+        if os.environ.get("FEDCLUST_REQUIRE_SLURM") == "1":
+            pytest.fail(f"FEDCLUST_REQUIRE_SLURM=1 but {why}")
+        pytest.skip(why)
+    env = dict(os.environ, SLURM_CONF=str(CLUSTER_DIR / "slurm.conf"), OMP_NUM_THREADS="1",
+               FEDCLUST_PYTHON=sys.executable)
+    env.pop("FEDCLUST_TEST_PAUSE_AFTER_ROUND", None)
+    return env
+
+
+def stop() -> None:
+    subprocess.run(["bash", str(START), "--stop", str(CLUSTER_DIR)], capture_output=True, timeout=120)
+
+
+def sbatch(env: dict, *args: str, wait: bool = False, timeout: float = 600) -> tuple[subprocess.CompletedProcess, str]:
+    """Submit from the repository root; (the finished sbatch, job id)."""
+    cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    job = proc.stdout.strip().split(";")[0] if proc.stdout.strip() else ""
+    assert job, f"sbatch printed no job id: {proc.stderr}"
+    return proc, job
+
+
+def squeue_state(env: dict, job: str) -> str:
+    """'' once the job has left the queue."""
+    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], env=env, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def wait_until(predicate, timeout: float, what: str, poll: float = 0.3):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def metric_lines(out: Path) -> int:
+    path = out / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def preempt(env: dict, job: str, out: Path, after_lines: int = 5, timeout: float = 300) -> None:
+    """Send the running job USR1 (as ``--signal=USR1@..`` or a preemption
+    would) once its run has written ``after_lines`` rounds, wait for it to
+    requeue itself, start it again at once (Slurm holds a requeued job for
+    about two minutes) and wait until it has left the queue."""
+    wait_until(lambda: metric_lines(out) >= after_lines, timeout, f"{after_lines} rounds in {out}")
+    subprocess.run(["scancel", "--signal=USR1", job], env=env, check=True)
+    wait_until(lambda: squeue_state(env, job).startswith("PENDING"), 120, f"job {job} to be requeued")
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=True)
+    wait_until(lambda: squeue_state(env, job) == "", timeout, f"job {job} to finish", poll=1.0)
+
+
+def run_one_process(config: Path, out: Path, env: dict) -> None:
+    """The reference: the same resolved config run by ``fedclust run`` in one fresh process."""
+    proc = subprocess.run([sys.executable, "-m", "fedclust", "run", str(config), f"out={out}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def without_wall(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k not in WALL_KEYS}
+
+
+def metrics(out: Path) -> list[dict]:
+    return [without_wall(json.loads(x)) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def summary(out: Path) -> dict:
+    return without_wall(json.loads((out / "summary.json").read_text()))
