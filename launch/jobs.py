@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -81,7 +82,7 @@ class Resources:
                                 f"({self.time_min * 60} s), so the run can checkpoint before Slurm stops it")
 
 
-def slurm_executor(folder: Path, name: str, res: Resources):
+def slurm_executor(folder: Path, name: str, res: Resources, env: dict | None = None):
     """A submitit executor for Slurm: USR1 ``signal_seconds`` before the time
     limit (fedclust's signal; submitit's own USR2 handler is left unused),
     ``--requeue``, ``--gres=gpu:N`` rather than ``--gpus-per-task``."""
@@ -96,7 +97,8 @@ def slurm_executor(folder: Path, name: str, res: Resources):
     params = dict(name=name, timeout_min=res.time_min, nodes=res.nodes, tasks_per_node=res.tasks_per_node(),
                   cpus_per_task=res.cpus_per_task, slurm_array_parallelism=res.parallel,
                   slurm_additional_parameters=extra,
-                  slurm_setup=["export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}"])
+                  slurm_setup=["export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
+                               *(f"export {k}={shlex.quote(str(v))}" for k, v in (env or {}).items())])
     for key in ("partition", "account", "qos", "mem"):
         if getattr(res, key):
             params[f"slurm_{key}"] = getattr(res, key)
@@ -105,9 +107,10 @@ def slurm_executor(folder: Path, name: str, res: Resources):
 
 
 def submit_slurm(points: list[Point], config: str | None, fixed: list[str], folder: Path, name: str,
-                 res: Resources) -> list[tuple[Point, str, str]]:
-    """Submit the points as one job array; returns (point, job id, log path) each."""
-    executor = slurm_executor(folder, name, res)
+                 res: Resources, env: dict | None = None) -> list[tuple[Point, str, str]]:
+    """Submit the points as one job array; returns (point, job id, log path)
+    each.  ``env``: variables exported in the jobs."""
+    executor = slurm_executor(folder, name, res, env)
     calls = [RunPoint(config, tuple(fixed + p.overrides), str(p.out)) for p in points]
     with executor.batch():
         jobs = [executor.submit(call) for call in calls]
@@ -146,7 +149,7 @@ class Ledger:
                 f.write(json.dumps({"out": str(point.out), "job": job, "log": log, "time": time.time()}) + "\n")
 
 
-def run_local(point: Point, config: str | None, fixed: list[str], processes: int) -> int:
+def run_local(point: Point, config: str | None, fixed: list[str], processes: int, env: dict | None = None) -> int:
     """One run on this machine, in a child process (``torchrun`` for several)."""
     argv = RunPoint(config, tuple(fixed + point.overrides), str(point.out)).argv()
     if processes > 1:
@@ -154,7 +157,7 @@ def run_local(point: Point, config: str | None, fixed: list[str], processes: int
                    "-m", "fedclust", *argv]
     else:
         command = [sys.executable, "-m", "fedclust", *argv]
-    return subprocess.run(command, env=dict(os.environ)).returncode
+    return subprocess.run(command, env={**os.environ, **{k: str(v) for k, v in (env or {}).items()}}).returncode
 
 
 def wait_for(entries: list[tuple[Point, str, str]], poll: float = 5.0) -> list[tuple[Point, str]]:

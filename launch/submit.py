@@ -61,17 +61,27 @@ def plan(points: list[Point], ledger: Ledger) -> tuple[list[Point], list[tuple[P
 def submit_grid(config: str | None, grid: list[str], overrides: list[str] = (), out: str | None = None,
                 resources: Resources | None = None, local: bool = False, wait: bool = False,
                 dry_run: bool = False, echo=print) -> list[Point]:
-    """Expand, check, and submit (or run) the grid's unfinished points; returns
-    every point of the grid.  With ``wait`` (always with ``local``) returns
-    when all have ended, raising if any ended without a summary."""
+    """Expand the grid's axes into points under ``out`` and :func:`submit_points` them."""
+    root = Path(out or f"runs/{Path(config).stem if config else 'defaults'}-grid")
+    points = expand(parse_axes(list(grid)), root)
+    return submit_points(config, points, root, overrides, resources, local=local, wait=wait, dry_run=dry_run,
+                         echo=echo)
+
+
+def submit_points(config: str | None, points: list[Point], root: Path, overrides: list[str] = (),
+                  resources: Resources | None = None, local: bool = False, wait: bool = False,
+                  dry_run: bool = False, echo=print, env: dict | None = None) -> list[Point]:
+    """Check every point, then submit (or run) the unfinished ones; returns the
+    points.  With ``wait`` (always with ``local``) returns when all have ended,
+    raising if any ended without a summary.  ``env``: variables set for the
+    runs (e.g. ``WANDB_MODE=offline``)."""
     res = resources or Resources()
     res.check()
     fixed = list(overrides)
     for o in fixed:
         if o.startswith("out="):
             raise FedclustError(f"{o}: each grid point's run directory is named by the grid; set the grid's folder with --out")
-    root = Path(out or f"runs/{Path(config).stem if config else 'defaults'}-grid")
-    points = expand(parse_axes(list(grid)), root)
+    root = Path(root)
     check_points(config, fixed, points)
     ledger = Ledger(root)
     todo, skipped = plan(points, ledger)
@@ -83,16 +93,15 @@ def submit_grid(config: str | None, grid: list[str], overrides: list[str] = (), 
         return points
     failed: list[tuple[Point, str]] = []
     if not todo:
-        echo(f"nothing to submit: all {len(points)} runs of the grid are finished or queued")
+        echo(f"nothing to submit: all {len(points)} runs are finished or queued")
     elif local:
         for i, p in enumerate(todo, 1):
             echo(f"run    {p.out}  ({i}/{len(todo)} on this machine)")
-            rc = run_local(p, config, fixed, max(1, res.gpus or res.tasks))
+            rc = run_local(p, config, fixed, max(1, res.gpus or res.tasks), env)
             if rc != 0 or not p.finished:
                 failed.append((p, f"fedclust run exited with status {rc}"))
     else:
-        name = f"fedclust-{root.name}"
-        entries = submit_slurm(todo, config, fixed, root / ".submitit", name, res)
+        entries = submit_slurm(todo, config, fixed, root / ".submitit", f"fedclust-{root.name}", res, env)
         ledger.record(entries)
         for p, job, log in entries:
             echo(f"submit {p.out}  (job {job}, log {log})")
