@@ -1,17 +1,51 @@
-"""``fedclust report RUN_DIR ...``: a results table (mean ± std over seeds
-per label and data setting) beside the paper's numbers for that setting
-(PANM paper Table 2's Fashion-MNIST column for Fashion-MNIST with 2
-rotations, FPFC paper Table 1 for clustered Synthetic with 4 clusters), and
-one figure with every run's accuracy curve."""
+"""``fedclust report RUN_DIR ...``: results tables of finished runs, laid out
+as the PANM paper's Tables 2-3: one row per label (the run's ``label``, its
+algorithm's name unless set), one column per data setting ("fmnist,
+rotation 2", "synthetic, 4 clusters", ...), each cell the mean ± sample
+standard deviation over the label's seeds in that setting.  One table per
+metric: final accuracy (with the paper's number beside ours where a paper
+reports that setting: the PANM paper's Table 2 for Fashion-MNIST with 2
+rotations, the FPFC paper's Table 1 for Synthetic with 4 clusters),
+neighbour precision and recall, ARI and models received per client (blank
+where a label has none, e.g. ``local`` and ``fedavg`` have no neighbours).
+Markdown (default), LaTeX or tidy CSV; ``--curves`` draws the accuracy per
+round, mean over seeds with a shaded band, one panel per setting."""
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
+import math
 import statistics
+import sys
 from pathlib import Path
 
 from fedclust.algorithms import registry
+
+# metric (a summary.json field) -> (title, digits shown)
+METRICS = {
+    "final_accuracy": ("Final accuracy (%)", 2),
+    "best_accuracy": ("Best accuracy (%)", 2),
+    "neighbor_precision": ("Neighbour precision", 3),
+    "neighbor_recall": ("Neighbour recall", 3),
+    "num_clusters": ("Clusters found", 1),
+    "ari": ("Adjusted Rand index of the clusters found", 3),
+    "models_received_per_client": ("Models received per client (whole run)", 0),
+    "max_models_received_per_round": ("Most models one node receives in a round", 0),
+    "mean_round_seconds": ("Seconds per round", 2),
+}
+DEFAULT_METRICS = ("final_accuracy", "neighbor_precision", "neighbor_recall", "ari", "models_received_per_client")
+# where the numbers of ``paper_table()`` come from, for the table's caption
+PAPER_SOURCES = {("fmnist", "rotation", 2): "PANM paper Table 2 (n = 100, 3 seeds)",
+                 ("synthetic", None, 4): "FPFC paper Table 1 (m = 100)"}
+_DATA_ORDER = ("mnist", "fmnist", "cifar10", "synthetic")   # the paper's column order, then the rest
+
+
+class ReportError(Exception):
+    """A run directory the report cannot use; the message names it and the fix."""
+
 
 def paper_table() -> dict[tuple, dict[str, tuple[float, float]]]:
     """(data set, cluster kind or None for any, number of clusters) -> {algorithm: (mean, std)}, from
@@ -29,132 +63,364 @@ def _position(name: str) -> float:
     return classes[name].report_position if name in classes else float("inf")
 
 
-def load_runs(dirs) -> list[dict]:
+def _order(label: str) -> tuple[float, str]:
+    """Row order: the algorithm's declared ``report_position`` (a label's first word names it), then the label."""
+    return (_position(label.split()[0].split("[")[0]), label)
+
+
+# ---------------------------------------------------------------- loading
+
+def load_run(d) -> dict:
+    """One finished run's summary.json, with ``_dir``; the data setting read from config.yaml for runs from
+    before summary.json recorded it.  Raises ReportError when the directory has no summary.json."""
+    d = Path(d)
+    p = d / "summary.json"
+    if not d.is_dir():
+        raise ReportError(f"{d}: no such run directory")
+    if not p.is_file():
+        raise ReportError(f"{d}: no summary.json: the run has not finished (it may still be running; a stopped "
+                          f"run resumes when its command runs again with the same out=)")
+    try:
+        s = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{p}: not valid JSON ({exc})") from None
+    s["_dir"] = str(d)
+    if "true_clusters" not in s and (d / "config.yaml").is_file():   # runs from before the field
+        import yaml
+
+        from fedclust.schema import DataConfig
+
+        data = (yaml.safe_load((d / "config.yaml").read_text()) or {}).get("data") or {}
+        s.update(data=data.get("name", s.get("data") or DataConfig.name),
+                 data_clusters=data.get("clusters", DataConfig.clusters),
+                 true_clusters=data.get("num_clusters", DataConfig.num_clusters))
+    return s
+
+
+def load_runs(dirs, strict: bool = False, warn=None) -> list[dict]:
+    """The runs of ``dirs``.  A path that is a file (``OUT/*`` may match a log) is passed over with a warning,
+    and so is a directory without summary.json (an unfinished run), unless ``strict``: then it raises
+    ReportError.  A path that does not exist always raises."""
+    warn = warn or (lambda msg: print(f"fedclust report: warning: {msg}", file=sys.stderr))
     runs = []
     for d in dirs:
-        p = Path(d) / "summary.json"
-        if p.is_file():
-            s = json.loads(p.read_text())
-            s["_dir"] = str(d)
-            if "true_clusters" not in s and (Path(d) / "config.yaml").is_file():   # runs from before the field
-                import yaml
-
-                data = (yaml.safe_load((Path(d) / "config.yaml").read_text()) or {}).get("data", {})
-                s.update(data=data.get("name", s.get("data")), data_clusters=data.get("clusters"),
-                         true_clusters=data.get("num_clusters"))
-            runs.append(s)
+        if Path(d).is_file():
+            warn(f"{d}: a file, not a run directory; passed over")
+            continue
+        try:
+            runs.append(load_run(d))
+        except ReportError as exc:
+            if strict or not Path(d).is_dir():
+                raise
+            warn(f"{exc}; passed over (--strict makes this an error)")
     return runs
 
 
-def setting(run: dict) -> tuple[str, str, int]:
-    """(data set, cluster kind, number of true clusters) of a run; a summary
-    without them counts as PANM paper's Fashion-MNIST with 2 rotations."""
-    return (run.get("data") or "fmnist", run.get("data_clusters") or "rotation", int(run.get("true_clusters") or 2))
+def setting(run: dict) -> tuple | None:
+    """(data set, cluster kind, number of true clusters) of a run; the kind is None for Synthetic (whose
+    clusters are its own, data.clusters does not apply); None where the run does not say (neither
+    summary.json nor config.yaml names the data)."""
+    if not run.get("data") or run.get("true_clusters") is None:
+        return None
+    kind = None if run["data"] == "synthetic" else (run.get("data_clusters") or "rotation")
+    return (run["data"], kind, int(run["true_clusters"]))
 
 
-def paper_numbers(run: dict) -> dict:
-    """The paper's numbers for the run's setting ({} where no paper reports it)."""
-    data, kind, k = setting(run)
+def setting_text(key: tuple | None) -> str:
+    """'fmnist, rotation 2', 'cifar10, label swap 4', 'synthetic, 4 clusters'."""
+    if key is None:
+        return "setting unknown"
+    data, kind, k = key
+    return f"{data}, {k} clusters" if kind is None else f"{data}, {kind.replace('_', ' ')} {k}"
+
+
+def _setting_order(key: tuple | None) -> tuple:
+    """Columns: the paper's data set order, then rotation before label swap, then fewer clusters first."""
+    if key is None:
+        return (len(_DATA_ORDER) + 1, "", 1, "", 0)
+    data, kind, k = key
+    return (_DATA_ORDER.index(data) if data in _DATA_ORDER else len(_DATA_ORDER), data,
+            int(kind not in (None, "rotation")), kind or "", k)
+
+
+def paper_numbers(key: tuple | None) -> dict:
+    """The paper's {algorithm: (mean, std)} for a setting ({} where no paper reports it)."""
+    if key is None:
+        return {}
+    data, kind, k = key
     papers = paper_table()
     return papers.get((data, kind, k)) or papers.get((data, None, k)) or {}
 
 
-def _setting_text(key: tuple[str, str, int]) -> str:
-    data, kind, k = key
-    return f"{data} {k} clusters" if data == "synthetic" else f"{data} {kind} x{k}"
+# ---------------------------------------------------------------- grouping
+
+def value(run: dict, metric: str) -> float | None:
+    """The run's value of a metric, None where it has none.  Recall counts as none where precision is none:
+    every client's neighbour list is empty (``local`` records recall 0 of its empty lists)."""
+    if metric == "neighbor_recall" and run.get("neighbor_precision") is None:
+        return None
+    x = run.get(metric)
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def _mean_std(xs):
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return None, None
-    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+class Results:
+    """Runs grouped by (label, setting): the rows, the columns and each cell's mean, std and seeds."""
+
+    def __init__(self, runs: list[dict]):
+        self.groups: dict[tuple[str, tuple | None], list[dict]] = {}
+        for r in runs:
+            self.groups.setdefault((r.get("label") or r["algorithm"], setting(r)), []).append(r)
+        self.labels = sorted({label for label, _ in self.groups}, key=_order)
+        self.settings = sorted({key for _, key in self.groups}, key=_setting_order)
+
+    def repeated_seeds(self) -> list[str]:
+        """Warnings for groups that hold one seed twice (two directories of the same run)."""
+        out = []
+        for (label, key), rs in self.groups.items():
+            seeds = [r.get("seed") for r in rs]
+            twice = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
+            if twice:
+                out.append(f"{label} ({setting_text(key)}) has seed {', '.join(map(str, twice))} more than once "
+                           f"({', '.join(r['_dir'] for r in rs if r.get('seed') in twice)}); each run counts")
+        return out
+
+    def seeds(self, label: str) -> list[int]:
+        """The numbers of runs of the label, one per setting it ran in."""
+        return sorted({len(rs) for (lab, _), rs in self.groups.items() if lab == label})
+
+    def cell(self, label: str, key, metric: str) -> tuple[float, float | None, int] | None:
+        """(mean, sample std or None for one seed, seeds with a value), None where no run has a value."""
+        xs = [x for r in self.groups.get((label, key), []) if (x := value(r, metric)) is not None]
+        if not xs:
+            return None
+        return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None), len(xs)
+
+    def paper(self, label: str, key) -> tuple[float, float] | None:
+        """The paper's number for the label's algorithm in this setting (a variant label is compared with its
+        algorithm's number); None where the paper does not report that algorithm in that setting."""
+        algorithms = {r["algorithm"] for r in self.groups.get((label, key), [])}
+        if len(algorithms) != 1:
+            return None
+        return paper_numbers(key).get(algorithms.pop())
+
+    def paper_settings(self) -> list:
+        return [k for k in self.settings if any(self.paper(label, k) for label in self.labels)]
+
+    def empty(self, metric: str) -> bool:
+        return all(self.cell(label, k, metric) is None for label in self.labels for k in self.settings)
 
 
-def _fmt(m, s, digits=2):
-    return "" if m is None else f"{m:.{digits}f} ±{s:.{digits}f}"
+# ---------------------------------------------------------------- formats
+
+def _number(mean, std, digits, pm=" ± ") -> str:
+    return f"{mean:.{digits}f}" + ("" if std is None else f"{pm}{std:.{digits}f}")
 
 
-def _order(label: str) -> tuple[float, str]:
-    """Table order: the algorithm's declared ``report_position`` (a label's first word names it), then the label."""
-    return (_position(label.split()[0].split("[")[0]), label)
+def _seeds_text(seeds: list[int], dash="–") -> str:
+    return str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}{dash}{seeds[-1]}"
 
 
-def table(runs: list[dict]) -> str:
-    by_alg: dict[tuple, list[dict]] = {}
-    for r in runs:
-        by_alg.setdefault((setting(r), r.get("label") or r["algorithm"]), []).append(r)
-    several = len({key for key, _ in by_alg}) > 1
-    head = ("| method | seeds | final acc. (ours) | paper | diff | best acc. | precision | recall | clusters | ARI "
-            "| models received per client | most received in a round | s/round |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    rows = [head]
-    for key in sorted(by_alg, key=lambda k: (k[0], _order(k[1]))):
-        rs = by_alg[key]
-        alg = f"{key[1]} ({_setting_text(key[0])})" if several else key[1]
-        fm, fs = _mean_std([r["final_accuracy"] for r in rs])
-        bm, bs = _mean_std([r["best_accuracy"] for r in rs])
-        pm, ps = _mean_std([r.get("neighbor_precision") for r in rs])
-        qm, qs = _mean_std([r.get("neighbor_recall") for r in rs])
-        km, _ = _mean_std([r.get("num_clusters") for r in rs])
-        am, as_ = _mean_std([r.get("ari") for r in rs])
-        tm, _ = _mean_std([r.get("mean_round_seconds") for r in rs])
-        rm, _ = _mean_std([r.get("models_received_per_client") for r in rs])
-        xm, _ = _mean_std([r.get("max_models_received_per_round") for r in rs])
-        paper = paper_numbers(rs[0]).get(rs[0]["algorithm"])
-        rows.append("| " + " | ".join([
-            alg, str(len(rs)), _fmt(fm, fs), _fmt(*paper) if paper else "",
-            f"{fm - paper[0]:+.2f}" if paper and fm is not None else "", _fmt(bm, bs), _fmt(pm, ps, 3),
-            _fmt(qm, qs, 3), "" if km is None else f"{km:.1f}", _fmt(am, as_, 3),
-            "" if rm is None else f"{rm:.0f}", "" if xm is None else f"{xm:.0f}",
-            "" if tm is None else f"{tm:.2f}"]) + " |")
-    return "\n".join(rows) + "\n"
+def _grid(res: Results, metric: str, fmt, dash="–") -> tuple[list[str], list[list[str]]]:
+    """Header and rows of one metric's table, each cell written by ``fmt(mean, std, digits)``; a cell whose
+    number of seeds differs from the row's one number of seeds adds (n=...)."""
+    digits = METRICS[metric][1]
+    with_paper = res.paper_settings() if metric == "final_accuracy" else []
+    head = ["method", "seeds"]
+    for k in res.settings:
+        head += [setting_text(k)] + (["paper"] if k in with_paper else [])
+    rows = []
+    for label in res.labels:
+        seeds = res.seeds(label)
+        row = [label, _seeds_text(seeds, dash)]
+        for k in res.settings:
+            c = res.cell(label, k, metric)
+            text = ""
+            if c is not None:
+                text = fmt(c[0], c[1], digits) + (f" (n={c[2]})" if len(seeds) > 1 or c[2] != seeds[0] else "")
+            row.append(text)
+            if k in with_paper:
+                p = res.paper(label, k)
+                row.append(fmt(p[0], p[1], digits) if p else "")
+        rows.append(row)
+    return head, rows
 
 
-def mean_curves(runs: list[dict]) -> dict[str, tuple[list[int], list[float], int]]:
-    """Per label: (rounds, accuracy averaged over the label's seeds, seeds), on
-    the rounds every one of its runs evaluated."""
-    by_label: dict[str, list[dict[int, float]]] = {}
-    for r in runs:
-        recs = [json.loads(x) for x in (Path(r["_dir"]) / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        by_label.setdefault(r.get("label") or r["algorithm"], []).append({x["round"]: x["accuracy"] for x in recs})
-    out = {}
-    for label in sorted(by_label, key=_order):
-        seeds = by_label[label]
-        rounds = sorted(set.intersection(*(set(c) for c in seeds)))
-        out[label] = (rounds, [statistics.fmean(c[t] for c in seeds) for t in rounds], len(seeds))
+def _caption(res: Results, metric: str) -> tuple[str, str]:
+    """The metric's title and, for final accuracy, where the paper column comes from."""
+    sources = [f"{PAPER_SOURCES.get(k, 'the paper')} for {setting_text(k)}" for k in
+               (res.paper_settings() if metric == "final_accuracy" else [])]
+    return METRICS[metric][0], (f"paper: {'; '.join(sources)}" if sources else "")
+
+
+def markdown(res: Results, metrics=DEFAULT_METRICS) -> str:
+    out = ["Mean ± sample standard deviation over seeds (`seeds`: runs per setting; a cell with another number "
+           "says n=...); blank: the label has no such value there."]
+    for metric in metrics:
+        if res.empty(metric):
+            continue
+        head, rows = _grid(res, metric, _number)
+        title, note = _caption(res, metric)
+        out += ["", f"**{title}**" + (f" ({note})" if note else ""), "", "| " + " | ".join(head) + " |",
+                "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def _latex_escape(text: str) -> str:
+    special = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+               "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+    return "".join(special.get(ch, ch) for ch in text)
+
+
+def latex(res: Results, metrics=DEFAULT_METRICS) -> str:
+    """One tabular per metric, a comment line above it naming the metric."""
+    out = []
+    for metric in metrics:
+        if res.empty(metric):
+            continue
+        head, rows = _grid(res, metric, lambda m, s, d: "$" + _number(m, s, d, pm=r" \pm ") + "$", dash="--")
+        title, note = _caption(res, metric)
+        out += [f"% {title}: mean $\\pm$ sample std over seeds" + (f"; {note}" if note else ""),
+                r"\begin{tabular}{ll" + "c" * (len(head) - 2) + "}", r"\hline",
+                " & ".join(_latex_escape(h) for h in head) + r" \\", r"\hline"]
+        out += [" & ".join([_latex_escape(r[0])] + r[1:]) + r" \\" for r in rows]
+        out += [r"\hline", r"\end{tabular}", ""]
+    return "\n".join(out)
+
+
+def tidy(res: Results, metrics=DEFAULT_METRICS) -> list[dict]:
+    """One record per label x setting x metric that has a value: label, setting, metric, mean, std (empty for
+    one seed), seeds; the paper's number as metric ``paper_final_accuracy`` (seeds empty)."""
+    recs = []
+    for key in res.settings:
+        for label in res.labels:
+            for metric in metrics:
+                c = res.cell(label, key, metric)
+                if c is not None:
+                    recs.append(dict(label=label, setting=setting_text(key), metric=metric, mean=c[0],
+                                     std="" if c[1] is None else c[1], seeds=c[2]))
+                if metric == "final_accuracy" and (p := res.paper(label, key)):
+                    recs.append(dict(label=label, setting=setting_text(key), metric="paper_final_accuracy",
+                                     mean=p[0], std=p[1], seeds=""))
+    return recs
+
+
+def csv_text(res: Results, metrics=DEFAULT_METRICS) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, ["label", "setting", "metric", "mean", "std", "seeds"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(tidy(res, metrics))
+    return buf.getvalue()
+
+
+def table(runs: list[dict], metrics=DEFAULT_METRICS) -> str:
+    """The default Markdown tables of some loaded runs."""
+    return markdown(Results(runs), metrics)
+
+
+# ---------------------------------------------------------------- curves
+
+def read_curve(run: dict) -> dict[int, float]:
+    p = Path(run["_dir"]) / "metrics.jsonl"
+    if not p.is_file():
+        raise ReportError(f"{run['_dir']}: no metrics.jsonl for --curves")
+    recs = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    return {x["round"]: x["accuracy"] for x in recs if x.get("accuracy") is not None}
+
+
+def mean_curves(runs: list[dict], band: str = "std") -> dict[tuple, dict[str, tuple]]:
+    """setting -> label -> (rounds, mean accuracy, low, high, seeds), on the rounds every run of the label
+    in that setting evaluated; the band is mean ± sample std (``std``; none for one seed) or min-max."""
+    res = Results(runs)
+    out: dict[tuple, dict[str, tuple]] = {}
+    for key in res.settings:
+        for label in res.labels:
+            rs = res.groups.get((label, key))
+            if not rs:
+                continue
+            curves_ = [read_curve(r) for r in rs]
+            rounds = sorted(set.intersection(*(set(c) for c in curves_)))
+            at = [[c[t] for c in curves_] for t in rounds]
+            mean = [statistics.fmean(xs) for xs in at]
+            if band == "minmax":
+                low, high = [min(xs) for xs in at], [max(xs) for xs in at]
+            else:
+                sd = [statistics.stdev(xs) if len(xs) > 1 else 0.0 for xs in at]
+                low, high = [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)]
+            out.setdefault(key, {})[label] = (rounds, mean, low, high, len(rs))
     return out
 
 
-def curves(runs: list[dict], path: Path) -> None:
-    """One line per label: mean test accuracy over its seeds, per round."""
+def curves(runs: list[dict], path: Path, band: str = "std") -> None:
+    """One panel per setting, one line per label: mean test accuracy over its seeds per round, shaded band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, (rounds, acc, seeds) in mean_curves(runs).items():
-        ax.plot(rounds, acc, lw=1, label=f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
-    ax.set_xlabel("round")
-    ax.set_ylabel("mean test accuracy (%)")
-    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]))
-    ax.legend(fontsize=7, ncol=2)
+    data = mean_curves(runs, band)
+    labels = sorted({label for per in data.values() for label in per}, key=_order)
+    colour = {label: plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")(i % 20) for i, label in enumerate(labels)}
+    cols = min(len(data), 3)
+    rows = -(-len(data) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.5 * rows), squeeze=False)
+    for ax in axes.flat[len(data):]:
+        ax.set_visible(False)
+    for ax, (key, per) in zip(axes.flat, data.items()):
+        for label, (rounds, mean, low, high, seeds) in per.items():
+            ax.plot(rounds, mean, lw=1, color=colour[label], label=f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
+            if seeds > 1:
+                ax.fill_between(rounds, low, high, color=colour[label], alpha=0.2, lw=0)
+        ax.set_title(setting_text(key))
+        ax.set_xlabel("round")
+        ax.set_ylabel("mean test accuracy (%)")
+        ax.legend(fontsize=7, ncol=2)
+    fig.suptitle("mean over seeds; shaded: " + ("min–max over seeds" if band == "minmax" else "± 1 sample std over seeds"),
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+# ---------------------------------------------------------------- command line
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="fedclust report", description=__doc__)
-    p.add_argument("runs", nargs="+", help="run directories (each with summary.json)")
-    p.add_argument("--curves", help="write a PNG of the accuracy curves here (one line per label, mean over seeds)")
+    p = argparse.ArgumentParser(
+        prog="fedclust report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="A run directory without summary.json (still running, stopped or failed) is passed over with a "
+               "warning on stderr naming it, and so is a file among the paths (OUT/* may match logs); --strict "
+               "makes an unfinished run an error.  The seeds column says how many runs each row averages.  Exit "
+               "status 2 when a path does not exist, --strict meets an unfinished run, or no run is finished.")
+    p.add_argument("runs", nargs="+", help="run directories (each with summary.json; metrics.jsonl for --curves)")
+    p.add_argument("--format", choices=("markdown", "csv", "latex"), default="markdown",
+                   help="markdown: one table per metric (default); csv: tidy, one line per label, setting and "
+                        "metric (label,setting,metric,mean,std,seeds; the paper's as paper_final_accuracy); "
+                        "latex: one tabular per metric, cells $mean \\pm std$")
+    p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
+                   help=f"comma-separated summary.json fields, or 'all' ({', '.join(METRICS)}); "
+                        f"default {','.join(DEFAULT_METRICS)}")
+    p.add_argument("--curves", metavar="PNG", help="write the accuracy curves here: one panel per setting, one "
+                                                   "line per label, mean over seeds with a shaded band")
+    p.add_argument("--band", choices=("std", "minmax"), default="std",
+                   help="the curves' band: ± 1 sample std over seeds (default) or min-max")
+    p.add_argument("--strict", action="store_true",
+                   help="stop with an error at a run directory without summary.json instead of passing over it")
     args = p.parse_args(argv)
-    runs = load_runs(args.runs)
-    if not runs:
-        print("fedclust report: no summary.json in the given directories")
+    metrics = list(METRICS) if args.metrics == "all" else [m.strip() for m in args.metrics.split(",") if m.strip()]
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        p.error(f"unknown metric {', '.join(unknown)}; use {', '.join(METRICS)} or all")
+    try:
+        runs = load_runs(args.runs, strict=args.strict)
+        if not runs:
+            raise ReportError("no finished run (summary.json) among the given paths")
+        res = Results(runs)
+        for msg in res.repeated_seeds():
+            print(f"fedclust report: warning: {msg}", file=sys.stderr)
+        print({"markdown": markdown, "csv": csv_text, "latex": latex}[args.format](res, metrics), end="")
+        if args.curves:
+            curves(runs, Path(args.curves), args.band)
+    except ReportError as exc:
+        print(f"fedclust report: error: {exc}", file=sys.stderr)
         return 2
-    print(table(runs), end="")
-    if args.curves:
-        curves(runs, Path(args.curves))
     return 0

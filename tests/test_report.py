@@ -1,74 +1,242 @@
-"""fedclust report: the results table from run summaries, by hand."""
+"""fedclust report: rows = labels, columns = data settings, one table per metric, from run directories written
+by hand; every number checked against means and sample stds computed here with statistics/numpy."""
 
+import csv
+import io
 import json
+import statistics
+
+import numpy as np
+import pytest
 
 from fedclust import report
 
+FMNIST2 = dict(data="fmnist", data_clusters="rotation", true_clusters=2)
+CIFAR4 = dict(data="cifar10", data_clusters="rotation", true_clusters=4)
+SYN4 = dict(data="synthetic", data_clusters="rotation", true_clusters=4)   # data.clusters does not apply
 
-def summary(alg, seed, acc, label=None, **extra):
-    s = {"algorithm": alg, "seed": seed, "final_accuracy": acc, "best_accuracy": acc + 1.0,
-         "neighbor_precision": None, "neighbor_recall": None, "num_clusters": 2, "ari": 1.0,
-         "models_received_per_client": 1500.0, "max_models_received_per_round": 5.0, "mean_round_seconds": 2.0}
-    if label:
-        s["label"] = label
+
+def summary(alg, seed, acc, label=None, setting=FMNIST2, **extra):
+    peer = alg not in ("local", "fedavg", "ifca", "fpfc")
+    s = {"algorithm": alg, "label": label or alg, **setting, "seed": seed, "final_accuracy": acc,
+         "best_accuracy": acc + 1.0, "neighbor_precision": 0.9 + seed / 100 if peer else None,
+         "neighbor_recall": 0.8 + seed / 50 if peer else (0.0 if alg == "local" else None),
+         "num_clusters": 2, "ari": 0.5 + seed / 10 if alg != "local" else None,
+         "models_received_per_client": 1000.0 + 10 * seed, "max_models_received_per_round": 5.0,
+         "mean_round_seconds": 2.0}
     s.update(extra)
     return s
 
 
-def test_table_groups_by_label_and_compares_with_paper():
-    runs = [summary("random", 0, 85.0), summary("random", 1, 86.0),
-            summary("pens", 0, 80.0, label="pens[drawn_and_selected]"), summary("pens", 0, 84.0),
-            summary("ifca", 0, 86.5, models_received_per_client=300.0, max_models_received_per_round=200.0)]
-    rows = report.table(runs).splitlines()[2:]
-    assert [r.split(" | ")[0] for r in rows] == ["| random", "| pens", "| pens[drawn_and_selected]", "| ifca"]
-    random = rows[0].split(" | ")
-    assert random[1:5] == ["2", "85.50 ±0.71", "85.94 ±0.27", "-0.44"]   # mean, sample std, paper, diff
-    variant = rows[2].split(" | ")
-    assert variant[3:5] == ["86.82 ±0.11", "-6.82"]                      # compared with the paper's PENS
-    ifca = rows[3].split(" | ")
-    assert ifca[3] == "" and ifca[10:12] == ["300", "200"]
+def write_run(root, name, s, accs=None):
+    d = root / name
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps(s))
+    accs = accs or [s["final_accuracy"] - 10, s["final_accuracy"]]
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"round": t + 1, "accuracy": a}) + "\n"
+                                             for t, a in enumerate(accs)))
+    return str(d)
 
 
-def test_main_reads_run_directories(tmp_path, capsys):
-    for name, s in (("a", summary("local", 0, 74.0)), ("b", summary("oracle", 0, 86.0))):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "summary.json").write_text(json.dumps(s))
-    assert report.main([str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "missing")]) == 0
-    out = capsys.readouterr().out
-    assert "| local | 1 | 74.00 ±0.00 | 76.24 ±0.22 | -2.24 |" in out and "| oracle |" in out
-    assert report.main([str(tmp_path / "missing")]) == 2
+def run_report(capsys, args):
+    rc = report.main([str(a) for a in args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
 
 
-def test_mean_curves_average_seeds_by_hand(tmp_path):
+def md_table(text, title):
+    """The rows (lists of cells) of the Markdown table under the line starting **title**."""
+    lines = text.splitlines()
+    i = next(n for n, x in enumerate(lines) if x.startswith(f"**{title}**"))
+    rows = []
+    for x in lines[i + 2:]:
+        if not x.startswith("|"):
+            break
+        rows.append([c.strip() for c in x.strip().strip("|").split("|")])
+    return rows[0], {r[0]: r[1:] for r in rows[2:]}
+
+
+def ms(xs, digits=2):
+    return f"{statistics.fmean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
+
+
+ACC = {("panm_grad", "f"): [85.0, 86.0, 87.5], ("local", "f"): [74.0, 75.5, 76.0],
+       ("local", "s"): [84.0, 85.0], ("fpfc", "s"): [88.0, 89.0, 89.5], ("panm_grad", "c"): [48.0]}
+SETTINGS = {"f": FMNIST2, "s": SYN4, "c": CIFAR4}
+
+
+@pytest.fixture
+def grid(tmp_path):
+    dirs = []
+    for (alg, st), accs in ACC.items():
+        for seed, a in enumerate(accs):
+            dirs.append(write_run(tmp_path, f"{alg}-{st}-s{seed}", summary(alg, seed, a, setting=SETTINGS[st]),
+                                  accs=[a - 20 + seed, a - 5, a]))
+    return dirs
+
+
+def test_markdown_rows_are_labels_columns_are_settings(grid, capsys):
+    rc, out, _ = run_report(capsys, grid)
+    assert rc == 0
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head == ["method", "seeds", "fmnist, rotation 2", "paper", "cifar10, rotation 4",
+                    "synthetic, 4 clusters", "paper"]
+    assert list(rows) == ["local", "panm_grad", "fpfc"]                      # report_position order
+    local, panm, fpfc = rows["local"], rows["panm_grad"], rows["fpfc"]
+    assert local == ["2–3", ms(ACC["local", "f"]) + " (n=3)", "76.24 ± 0.22", "",
+                     ms(ACC["local", "s"]) + " (n=2)", "84.97 ± 0.06"]     # each paper in its own setting
+    assert panm == ["1–3", ms(ACC["panm_grad", "f"]) + " (n=3)", "86.88 ± 0.34", "48.00 (n=1)", "", ""]
+    assert fpfc == ["3", "", "", "", ms(ACC["fpfc", "s"]), "89.46 ± 0.04"]
+    # neighbour precision: blank for labels without neighbours; local's recall of 0 (empty lists) too
+    head, prec = md_table(out, "Neighbour precision")
+    assert head == ["method", "seeds", "fmnist, rotation 2", "cifar10, rotation 4", "synthetic, 4 clusters"]
+    assert prec["local"][1:] == ["", "", ""] and prec["fpfc"][1:] == ["", "", ""]
+    assert prec["panm_grad"][1] == ms([0.90, 0.91, 0.92], 3) + " (n=3)"
+    _, rec = md_table(out, "Neighbour recall")
+    assert rec["local"][1:] == ["", "", ""] and rec["panm_grad"][1] == ms([0.80, 0.82, 0.84], 3) + " (n=3)"
+    _, ari = md_table(out, "Adjusted Rand index of the clusters found")
+    assert ari["local"][1:] == ["", "", ""] and ari["fpfc"][3] == ms([0.5, 0.6, 0.7], 3)
+    _, comm = md_table(out, "Models received per client (whole run)")
+    assert comm["local"][1:] == ["1010 ± 10 (n=3)", "", "1005 ± 7 (n=2)"]
+    assert "Best accuracy" not in out and "Seconds per round" not in out   # not among the default metrics
+
+
+def test_csv_is_tidy_and_matches_numpy(grid, capsys):
+    rc, out, _ = run_report(capsys, grid + ["--format", "csv", "--metrics", "final_accuracy,neighbor_recall,ari"])
+    assert rc == 0
+    recs = list(csv.DictReader(io.StringIO(out)))
+    assert list(recs[0]) == ["label", "setting", "metric", "mean", "std", "seeds"]
+    got = {(r["label"], r["setting"], r["metric"]): r for r in recs}
+    names = {"f": "fmnist, rotation 2", "s": "synthetic, 4 clusters", "c": "cifar10, rotation 4"}
+    for (alg, st), accs in ACC.items():
+        r = got[alg, names[st], "final_accuracy"]
+        assert float(r["mean"]) == pytest.approx(np.mean(accs)) and int(r["seeds"]) == len(accs)
+        assert r["std"] == "" if len(accs) == 1 else float(r["std"]) == pytest.approx(np.std(accs, ddof=1))
+    r = got["fpfc", "synthetic, 4 clusters", "ari"]
+    assert (float(r["mean"]), float(r["std"]), r["seeds"]) == (pytest.approx(0.6), pytest.approx(0.1), "3")
+    assert ("local", "fmnist, rotation 2", "neighbor_recall") not in got          # none: no line
+    assert ("local", "fmnist, rotation 2", "ari") not in got
+    paper = {(k[0], k[1]): (r["mean"], r["std"]) for k, r in got.items() if k[2] == "paper_final_accuracy"}
+    assert paper == {("local", "fmnist, rotation 2"): ("76.24", "0.22"), ("panm_grad", "fmnist, rotation 2"):
+                     ("86.88", "0.34"), ("local", "synthetic, 4 clusters"): ("84.97", "0.06"),
+                     ("fpfc", "synthetic, 4 clusters"): ("89.46", "0.04")}
+
+
+def test_latex_tabular_escapes_labels(tmp_path, capsys):
+    accs = [85.0, 86.0, 87.5]
+    dirs = [write_run(tmp_path, f"s{i}", summary("panm_grad", i, a, label="panm_grad [em_variance=tied]"))
+            for i, a in enumerate(accs)]
+    dirs.append(write_run(tmp_path, "loc", summary("local", 0, 74.0)))
+    rc, out, _ = run_report(capsys, dirs + ["--format", "latex"])
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("% Final accuracy (%)") and lines[1] == r"\begin{tabular}{llcc}"
+    assert lines[3] == r"method & seeds & fmnist, rotation 2 & paper \\"
+    m, s = np.mean(accs), np.std(accs, ddof=1)
+    assert rf"panm\_grad [em\_variance=tied] & 3 & ${m:.2f} \pm {s:.2f}$ & $86.88 \pm 0.34$ \\" in lines
+    assert r"local & 1 & $74.00$ & $76.24 \pm 0.22$ \\" in lines
+    assert out.count(r"\begin{tabular}") == out.count(r"\end{tabular}") == 5
+
+
+def test_a_synthetic_run_never_shows_the_fmnist_paper_number(tmp_path, capsys):
+    dirs = [write_run(tmp_path, "syn", summary("local", 0, 80.0, setting=SYN4))]
+    old = tmp_path / "old"                                   # from before summary.json named the setting
+    write_run(tmp_path, "old", {k: v for k, v in summary("local", 1, 82.0).items()
+                                if k not in ("data", "data_clusters", "true_clusters")})
+    (old / "config.yaml").write_text("data:\n  name: synthetic\n  num_clusters: 4\n")
+    for fmt in ("markdown", "csv", "latex"):
+        rc, out, _ = run_report(capsys, dirs + [old, "--format", fmt])
+        assert rc == 0 and "76.24" not in out and "84.97" in out and "fmnist" not in out
+    _, out, _ = run_report(capsys, dirs + [old])
+    assert md_table(out, "Final accuracy (%)")[1]["local"] == ["2", ms([80.0, 82.0]), "84.97 ± 0.06"]
+    # a run that names no setting at all (no fields, no config.yaml) gets no paper number
+    bare = write_run(tmp_path, "bare", {k: v for k, v in summary("local", 0, 70.0).items()
+                                        if k not in ("data", "data_clusters", "true_clusters")})
+    _, out, _ = run_report(capsys, [bare])
+    assert md_table(out, "Final accuracy (%)") == (["method", "seeds", "setting unknown"],
+                                                   {"local": ["1", "70.00"]})
+
+
+def test_other_settings_get_no_paper_column(tmp_path, capsys):
+    dirs = [write_run(tmp_path, "a", summary("panm_grad", 0, 84.0, setting=dict(FMNIST2, true_clusters=4))),
+            write_run(tmp_path, "b", summary("panm_grad", 0, 84.0, setting=dict(FMNIST2, data_clusters="label_swap")))]
+    _, out, _ = run_report(capsys, dirs)
+    assert md_table(out, "Final accuracy (%)")[0] == ["method", "seeds", "fmnist, rotation 4", "fmnist, label swap 2"]
+    assert "paper" not in out
+
+
+def test_curves_png_mean_and_band_by_hand(grid, tmp_path, capsys):
+    png = tmp_path / "c.png"
+    assert run_report(capsys, grid + ["--curves", png])[0] == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    assert matplotlib.image.imread(str(png)).ndim == 3
+    runs = report.load_runs(grid)
+    got = report.mean_curves(runs)
+    assert list(got) == [("fmnist", "rotation", 2), ("cifar10", "rotation", 4), ("synthetic", None, 4)]
+    rounds, mean, low, high, seeds = got["synthetic", None, 4]["fpfc"]
+    first = [a - 20 + s for s, a in enumerate(ACC["fpfc", "s"])]
+    assert rounds == [1, 2, 3] and seeds == 3
+    assert mean[0] == pytest.approx(np.mean(first)) and mean[2] == pytest.approx(np.mean(ACC["fpfc", "s"]))
+    assert high[0] - mean[0] == pytest.approx(np.std(first, ddof=1)) == pytest.approx(mean[0] - low[0])
+    _, _, low, high, _ = report.mean_curves(runs, band="minmax")["synthetic", None, 4]["fpfc"]
+    assert (low[0], high[0]) == (min(first), max(first))
+    assert run_report(capsys, grid + ["--curves", tmp_path / "m.png", "--band", "minmax"])[0] == 0
+
+
+def test_mean_curves_on_the_rounds_every_seed_evaluated(tmp_path):
     runs = []
     for seed, accs in ((0, [50.0, 60.0, 70.0]), (1, [52.0, 64.0])):   # seed 1 stopped after round 2
-        d = tmp_path / f"oracle-s{seed}"
-        d.mkdir()
-        (d / "metrics.jsonl").write_text("".join(json.dumps({"round": t + 1, "accuracy": a}) + "\n"
-                                                 for t, a in enumerate(accs)))
-        runs.append(dict(summary("oracle", seed, accs[-1]), _dir=str(d)))
-    got = report.mean_curves(runs)
-    assert got == {"oracle": ([1, 2], [51.0, 62.0], 2)}
-    report.curves(runs, tmp_path / "c.png")
-    assert (tmp_path / "c.png").stat().st_size > 0
+        runs.append(report.load_run(write_run(tmp_path, f"o{seed}", summary("oracle", seed, accs[-1]), accs)))
+    rounds, mean, _, _, seeds = report.mean_curves(runs)["fmnist", "rotation", 2]["oracle"]
+    assert (rounds, mean, seeds) == ([1, 2], [51.0, 62.0], 2)
 
 
-def test_paper_column_follows_the_setting_and_settings_are_not_mixed():
-    runs = [summary("fpfc", 0, 88.0, data="synthetic", data_clusters="rotation", true_clusters=4),
-            summary("panm_grad", 0, 84.0, data="fmnist", data_clusters="rotation", true_clusters=4),
-            summary("panm_grad", 0, 85.0, data="fmnist", data_clusters="rotation", true_clusters=2),
-            summary("panm_grad", 1, 86.0)]                     # no setting: papers/001's, 2 rotations
-    rows = [r.split(" | ") for r in report.table(runs).splitlines()[2:]]
-    assert [r[0] for r in rows] == ["| panm_grad (fmnist rotation x2)", "| panm_grad (fmnist rotation x4)",
-                                    "| fpfc (synthetic 4 clusters)"]
-    assert rows[0][1:5] == ["2", "85.50 ±0.71", "86.88 ±0.34", "-1.38"]
-    assert rows[1][3:5] == ["", ""]                           # no paper number for 4 rotations
-    assert rows[2][3:5] == ["89.46 ±0.04", "-1.46"]           # papers/004 Table 1
+def test_unfinished_runs_are_skipped_with_a_warning_or_refused_with_strict(tmp_path, capsys):
+    done = write_run(tmp_path, "done", summary("fedavg", 0, 30.0))
+    (tmp_path / "running").mkdir()
+    (tmp_path / "submitted.jsonl").write_text("{}\n")
+    rc, out, err = run_report(capsys, [done, tmp_path / "running", tmp_path / "submitted.jsonl"])
+    assert rc == 0 and "| fedavg | 1 | 30.00 |" in out
+    assert f"warning: {tmp_path / 'running'}: no summary.json: the run has not finished" in err
+    assert "same out=" in err and "submitted.jsonl: a file" in err
+    rc, out, err = run_report(capsys, [done, tmp_path / "running", "--strict"])
+    assert rc == 2 and out == "" and f"error: {tmp_path / 'running'}: no summary.json" in err
+    rc, _, err = run_report(capsys, [done, tmp_path / "missing"])
+    assert rc == 2 and "missing: no such run directory" in err
+    rc, _, err = run_report(capsys, [tmp_path / "running"])
+    assert rc == 2 and "no finished run" in err
+
+
+def test_main_with_a_list_prints_the_markdown_table(tmp_path, capsys):
+    """launch.submit calls report.main(list_of_dirs) and looks for '| fedavg | 1 |'."""
+    dirs = [write_run(tmp_path, a, summary(a, 0, acc, setting=SYN4)) for a, acc in (("local", 81.0), ("fedavg", 30.0))]
+    assert report.main(dirs) == 0
+    out = capsys.readouterr().out
+    assert "| fedavg | 1 | 30.00 | 30.35 ± 0.05 |" in out and "| local | 1 | 81.00 | 84.97 ± 0.06 |" in out
+
+
+def test_variant_labels_compare_with_their_algorithm_and_repeated_seeds_warn(tmp_path, capsys):
+    dirs = [write_run(tmp_path, "a", summary("pens", 0, 80.0, label="pens[drawn_and_selected]")),
+            write_run(tmp_path, "b", summary("pens", 0, 84.0)), write_run(tmp_path, "c", summary("pens", 0, 85.0))]
+    rc, out, err = run_report(capsys, dirs)
+    rows = md_table(out, "Final accuracy (%)")[1]
+    assert rows["pens"] == ["2", ms([84.0, 85.0]), "86.82 ± 0.11"]
+    assert rows["pens[drawn_and_selected]"] == ["1", "80.00", "86.82 ± 0.11"]
+    assert "pens (fmnist, rotation 2) has seed 0 more than once" in err
 
 
 def test_load_runs_reads_the_setting_from_config_of_older_runs(tmp_path):
     d = tmp_path / "old"
     d.mkdir()
-    (d / "summary.json").write_text(json.dumps(summary("local", 0, 70.0)))
+    s = {k: v for k, v in summary("local", 0, 70.0).items() if k not in ("data", "data_clusters", "true_clusters")}
+    (d / "summary.json").write_text(json.dumps(s))
     (d / "config.yaml").write_text("data:\n  name: fmnist\n  clusters: rotation\n  num_clusters: 4\n")
     assert report.setting(report.load_runs([d])[0]) == ("fmnist", "rotation", 4)
+
+
+def test_unknown_metric_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        report.main([write_run(tmp_path, "a", summary("local", 0, 70.0)), "--metrics", "accuracy"])
+    assert "unknown metric accuracy" in capsys.readouterr().err
