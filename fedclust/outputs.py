@@ -1,10 +1,12 @@
 """The run directory: resolved config.yaml, metrics.jsonl (one line per
-evaluated round, flushed as written), summary.json; optional W&B mirror."""
+evaluated round, flushed as written), summary.json.  (The W&B mirror is
+fedclust.tracking.)"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -14,7 +16,13 @@ from fedclust.errors import ConfigError, FedclustError
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json")
 
 
-def default_out(cfg) -> str:
+def default_out(cfg, env=os.environ) -> str:
+    """``runs/<algorithm>-<data>-s<seed>-<time>``; a run started by a W&B
+    sweep agent (WANDB_SWEEP_ID and WANDB_RUN_ID set) takes
+    ``runs/sweeps/<sweep id>/<run id>``, so a preempted sweep run handed to
+    another agent, under the same run id, continues in the same directory."""
+    if env.get("WANDB_SWEEP_ID") and env.get("WANDB_RUN_ID"):
+        return f"runs/sweeps/{env['WANDB_SWEEP_ID']}/{env['WANDB_RUN_ID']}"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return f"runs/{cfg.algorithm.name}-{cfg.data.name}-s{cfg.seed}-{stamp}"
 
@@ -49,14 +57,14 @@ def truncate_lines(path: Path, keep: int) -> None:
         f.truncate(size)
 
 
-def _clean(value):
+def json_safe(value):
     """JSON-safe: NaN/inf become null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -72,32 +80,14 @@ class RunWriter:
         (self.dir / "config.yaml").write_text(config_mod.dump(cfg))
         truncate_lines(self.dir / "metrics.jsonl", keep_lines)
         self._metrics = open(self.dir / "metrics.jsonl", "a")
-        self._wandb = None
-        self.run_id = None
-        if cfg.wandb.enabled:
-            import wandb
-
-            self._wandb = wandb.init(
-                project=cfg.wandb.project, entity=cfg.wandb.entity or None, mode=cfg.wandb.mode,
-                group=cfg.wandb.group or None, config=config_mod.to_dict(cfg), dir=str(self.dir),
-                name=self.dir.name,
-            )
-            self.run_id = self._wandb.id   # saved in checkpoints (resuming the W&B run itself: issue 11)
 
     def log_round(self, record: dict) -> None:
-        record = _clean(record)
+        record = json_safe(record)
         self._metrics.write(json.dumps(record) + "\n")
         self._metrics.flush()
-        if self._wandb is not None:
-            self._wandb.log({k: v for k, v in record.items() if not isinstance(v, list)}, step=record["round"])
 
     def write_summary(self, summary: dict) -> None:
-        (self.dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
-        if self._wandb is not None:
-            self._wandb.summary.update({k: v for k, v in _clean(summary).items() if not isinstance(v, (list, dict))})
+        (self.dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
 
     def close(self) -> None:
         self._metrics.close()
-        if self._wandb is not None:
-            self._wandb.finish()
-            self._wandb = None

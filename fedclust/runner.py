@@ -37,6 +37,7 @@ from fedclust.models import default_arch, initial_weights
 from fedclust.outputs import RunWriter, default_out
 from fedclust.schema import to_dict
 from fedclust.progress import make_progress
+from fedclust.tracking import Tracker
 
 
 def prepare(cfg) -> str:
@@ -323,8 +324,10 @@ def run(cfg, out: str | None = None) -> dict:
         state = fresh_state(s)
     del resume_from
     writer = RunWriter(cfg, out, keep_lines=len(state.history)) if s.rank == 0 else None
-    if writer is not None:
-        state.run_id = writer.run_id or state.run_id
+    tracker = Tracker(cfg, out, state.run_id) if s.rank == 0 and cfg.wandb.enabled else None
+    if tracker is not None:
+        state.run_id = tracker.id   # kept in the checkpoints: a continued run continues this W&B run
+    exit_code, preempting = 1, False
     bar = make_progress(cfg.rounds, cfg.label or cfg.algorithm.name, cfg.progress, initial=state.round) \
         if s.rank == 0 else None
     ckpt = Checkpointer(s, out)
@@ -338,6 +341,8 @@ def run(cfg, out: str | None = None) -> dict:
                 record = evaluate_round(s, state, outcome)
                 if writer:
                     writer.log_round(record)
+                if tracker:
+                    tracker.log_round(record)
                 if bar is not None:
                     bar.set_postfix(acc=f"{record['accuracy']:.2f}")
             if bar is not None:
@@ -364,9 +369,13 @@ def run(cfg, out: str | None = None) -> dict:
                 saved["assignment"] = state.final_assignment.cpu().numpy()
             np.savez_compressed(writer.dir / "neighbors.npz", **saved)
             writer.write_summary(summary)
-            if cfg.figures:
-                write_run_figures(writer.dir, summary, cfg)
-    except checkpoint.Stopped:
+            figures = write_run_figures(writer.dir, summary, cfg) if cfg.figures else []
+            if tracker:
+                tracker.log_results(summary, [writer.dir / "figures" / f for f in figures], state.final_lists,
+                                    state.final_assignment, s.data.clusters)
+        exit_code = 0
+    except checkpoint.Stopped as stopped:
+        exit_code, preempting = stopped.exit_code, True
         _finish(fabric)
         raise
     finally:
@@ -375,6 +384,8 @@ def run(cfg, out: str | None = None) -> dict:
             bar.close()
         if writer:
             writer.close()
+        if tracker:
+            tracker.finish(exit_code, preempting)
     if s.rank == 0:
         print(_summary_text(summary, out))
     _finish(fabric)

@@ -58,11 +58,16 @@ class TrainConfig:
 
 @dataclass
 class WandbConfig:
+    """Weights & Biases tracking (rank 0).  An empty value is not passed to
+    W&B, so the WANDB_* environment (WANDB_MODE, WANDB_PROJECT, ...) decides."""
+
     enabled: bool = False
-    project: str = "fedclust"
+    project: str = ""               # "" -> WANDB_PROJECT, else "fedclust"
     entity: str = ""
-    mode: str = "online"            # online | offline
+    mode: str = ""                  # online | offline | disabled; "" -> WANDB_MODE, else online
     group: str = ""
+    name: str = ""                  # "" -> WANDB_NAME, else the run directory's name
+    tags: list = field(default_factory=list)
 
 
 # Sections declared by algorithms: name -> dataclass (fedclust.algorithms.registry fills it).
@@ -337,7 +342,9 @@ def validate_core(cfg: Config) -> None:
         raise ConfigError("train.momentum", t.momentum, "must lie in [0, 1)")
     _positive("train.batch_size", t.batch_size)
     _positive("train.local_epochs", t.local_epochs)
-    one_of("wandb.mode", cfg.wandb.mode, {"online", "offline"})
+    one_of("wandb.mode", cfg.wandb.mode, {"", "online", "offline", "disabled"})
+    if not isinstance(cfg.wandb.tags, list) or not all(isinstance(t, str) and t for t in cfg.wandb.tags):
+        raise ConfigError("wandb.tags", cfg.wandb.tags, "must be a list of non-empty strings, e.g. wandb.tags=[panm,cifar]")
     if cfg.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every,
                           "must be >= 0 rounds between checkpoints (0: only on a signal and at the end)")
