@@ -116,6 +116,33 @@ def submit_points(config: str | None, points: list[Point], root: Path, overrides
     return points
 
 
+def add_resource_args(ap: argparse.ArgumentParser) -> None:
+    """The Slurm/resources options (``--partition``, ``--gpus``, ``--time``, ...)
+    that ``launch.submit`` and ``launch.sweep`` share; read them back with
+    :func:`resources_from_args`."""
+    r = Resources()
+    g = ap.add_argument_group("resources (Slurm; --gpus/--tasks also set the processes of --local runs)")
+    g.add_argument("--partition", help="Slurm partition")
+    g.add_argument("--account", help="Slurm account")
+    g.add_argument("--qos", help="Slurm QOS")
+    g.add_argument("--gpus", type=int, default=r.gpus, help="GPUs per node, one task (process) each; 0: CPU tasks")
+    g.add_argument("--tasks", type=int, default=r.tasks, help="CPU tasks (processes) per node when --gpus 0")
+    g.add_argument("--cpus-per-task", type=int, default=r.cpus_per_task)
+    g.add_argument("--nodes", type=int, default=r.nodes)
+    g.add_argument("--mem", help="Slurm --mem per node, e.g. 64G")
+    g.add_argument("--time", type=int, default=r.time_min, help="time limit of each job, minutes")
+    g.add_argument("--signal-seconds", type=int, default=r.signal_seconds,
+                   help="USR1 this many seconds before the limit: checkpoint, requeue, resume")
+    g.add_argument("--parallel", type=int, default=r.parallel, help="array tasks running at once")
+
+
+def resources_from_args(args: argparse.Namespace) -> Resources:
+    """:class:`Resources` from the options :func:`add_resource_args` added."""
+    return Resources(partition=args.partition, account=args.account, qos=args.qos, gpus=args.gpus, tasks=args.tasks,
+                     cpus_per_task=args.cpus_per_task, nodes=args.nodes, time_min=args.time,
+                     signal_seconds=args.signal_seconds, parallel=args.parallel, mem=args.mem)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m launch.submit", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,27 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--local", action="store_true", help="run the grid on this machine, one run after another")
     ap.add_argument("--wait", action="store_true", help="wait for the Slurm jobs and print the results table")
     ap.add_argument("--dry-run", action="store_true", help="print what would run, submit nothing")
-    r = Resources()
-    ap.add_argument("--partition", help="Slurm partition")
-    ap.add_argument("--account", help="Slurm account")
-    ap.add_argument("--qos", help="Slurm QOS")
-    ap.add_argument("--gpus", type=int, default=r.gpus, help="GPUs per node, one task (process) each; 0: CPU tasks")
-    ap.add_argument("--tasks", type=int, default=r.tasks, help="CPU tasks (processes) per node when --gpus 0")
-    ap.add_argument("--cpus-per-task", type=int, default=r.cpus_per_task)
-    ap.add_argument("--nodes", type=int, default=r.nodes)
-    ap.add_argument("--mem", help="Slurm --mem per node, e.g. 64G")
-    ap.add_argument("--time", type=int, default=r.time_min, help="time limit of each job, minutes")
-    ap.add_argument("--signal-seconds", type=int, default=r.signal_seconds,
-                    help="USR1 this many seconds before the limit: checkpoint, requeue, resume")
-    ap.add_argument("--parallel", type=int, default=r.parallel, help="array tasks running at once")
+    add_resource_args(ap)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)   # overrides may stand between options
-    res = Resources(partition=args.partition, account=args.account, qos=args.qos, gpus=args.gpus, tasks=args.tasks,
-                    cpus_per_task=args.cpus_per_task, nodes=args.nodes, time_min=args.time,
-                    signal_seconds=args.signal_seconds, parallel=args.parallel, mem=args.mem)
+    res = resources_from_args(args)
     try:
         points = submit_grid(args.config, args.grid, args.overrides, args.out, res, local=args.local,
                              wait=args.wait, dry_run=args.dry_run)
