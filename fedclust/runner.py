@@ -327,7 +327,7 @@ def run(cfg, out: str | None = None) -> dict:
     tracker = Tracker(cfg, out, state.run_id) if s.rank == 0 and cfg.wandb.enabled else None
     if tracker is not None:
         state.run_id = tracker.id   # kept in the checkpoints: a continued run continues this W&B run
-    exit_code, preempting = 1, False
+    exit_code = 1
     bar = make_progress(cfg.rounds, cfg.label or cfg.algorithm.name, cfg.progress, initial=state.round) \
         if s.rank == 0 else None
     ckpt = Checkpointer(s, out)
@@ -354,6 +354,8 @@ def run(cfg, out: str | None = None) -> dict:
                 while True:
                     time.sleep(3600)
             if outcome.stop and t < cfg.rounds:
+                if tracker:   # before the requeue, which ends the job at once: W&B must hear first
+                    tracker.finish(checkpoint.EXIT_REQUEUE, preempting=True)
                 job = checkpoint.requeue() if s.rank == 0 else checkpoint.slurm_job()   # rank 0 requeues the job
                 raise checkpoint.Stopped(t, stop.signal, ckpt.last_path or
                                          checkpoint.path_for(out, t), job)
@@ -374,8 +376,7 @@ def run(cfg, out: str | None = None) -> dict:
                 tracker.log_results(summary, [writer.dir / "figures" / f for f in figures], state.final_lists,
                                     state.final_assignment, s.data.clusters)
         exit_code = 0
-    except checkpoint.Stopped as stopped:
-        exit_code, preempting = stopped.exit_code, True
+    except checkpoint.Stopped:
         _finish(fabric)
         raise
     finally:
@@ -385,7 +386,7 @@ def run(cfg, out: str | None = None) -> dict:
         if writer:
             writer.close()
         if tracker:
-            tracker.finish(exit_code, preempting)
+            tracker.finish(exit_code)   # no-op if already finished
     if s.rank == 0:
         print(_summary_text(summary, out))
     _finish(fabric)

@@ -140,7 +140,10 @@ class Tracker:
     def finish(self, exit_code: int = 0, preempting: bool = False) -> None:
         """``preempting``: the run stopped on a signal to be continued (a
         requeued job, a preempted sweep run): W&B marks it preempted, and a
-        sweep hands it to another agent, which resumes it."""
+        sweep hands it to another agent, which resumes it.  Called again: nothing."""
+        if self.run is None:
+            return
         if preempting:
             self.run.mark_preempting()
         self.run.finish(exit_code=exit_code)
+        self.run = None

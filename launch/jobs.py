@@ -98,6 +98,7 @@ def slurm_executor(folder: Path, name: str, res: Resources, env: dict | None = N
                   cpus_per_task=res.cpus_per_task, slurm_array_parallelism=res.parallel,
                   slurm_additional_parameters=extra,
                   slurm_setup=["export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
+                               "export SRUN_CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-1}",   # Slurm >= 22.05
                                *(f"export {k}={shlex.quote(str(v))}" for k, v in (env or {}).items())])
     for key in ("partition", "account", "qos", "mem"):
         if getattr(res, key):

@@ -9,7 +9,8 @@
 #   An out=... among the arguments wins over both.
 # - srun --kill-on-bad-exit=1: a task that fails takes the whole step down,
 #   instead of leaving the other ranks waiting in a collective.
-# - OMP_NUM_THREADS is the task's CPUs (--cpus-per-task), 1 if unset.
+# - OMP_NUM_THREADS is the task's CPUs (--cpus-per-task), 1 if unset; srun gets the
+#   same --cpus-per-task (SRUN_CPUS_PER_TASK).
 # - Exit status 75 means the run stopped on a signal (--signal=USR1@...,
 #   preemption) after writing its checkpoint and `scontrol requeue`d the job;
 #   the requeued job continues it.
@@ -28,6 +29,7 @@ fedclust_srun() {
   local job; job=$(fedclust_job_id)
   local out=${OUT:-runs/slurm/${SLURM_JOB_NAME:-fedclust}-$job}
   export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
+  export SRUN_CPUS_PER_TASK=${SLURM_CPUS_PER_TASK:-1}   # srun no longer inherits --cpus-per-task (Slurm >= 22.05)
   echo "fedclust: $(date -u +%FT%TZ) job $job (restart ${SLURM_RESTART_COUNT:-0}) on ${SLURM_JOB_NODELIST:-?}," \
        "${SLURM_NTASKS:-1} tasks: $config -> $out $*"
   local rc=0

@@ -81,9 +81,10 @@ def preempt(env: dict, job: str, out: Path, after_lines: int = 5, timeout: float
     wait_until(lambda: squeue_state(env, job) == "", timeout, f"job {job} to finish", poll=1.0)
 
 
-def run_one_process(config: Path, out: Path, env: dict) -> None:
+def run_one_process(config: Path, out: Path, env: dict, *overrides: str) -> None:
     """The reference: the same resolved config run by ``fedclust run`` in one fresh process."""
-    proc = subprocess.run([sys.executable, "-m", "fedclust", "run", str(config), f"out={out}"], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "fedclust", "run", str(config), f"out={out}", *overrides], cwd=ROOT,
+                          env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 

@@ -30,16 +30,24 @@ def test_smoke_job_matches_one_process(slurm_env, tmp_path):
 
 
 def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
+    """Also tracked by W&B (offline): the W&B run hears it is preempted before
+    the requeue ends the job, and the requeued job continues the same W&B run."""
     out, log = tmp_path / "slurm", tmp_path / "job.log"
-    _, job = sc.sbatch(slurm_env, f"--output={log}", "slurm/smoke_cpu.sh", f"out={out}", *LONG)
-    sc.preempt(slurm_env, job, out)
+    env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
+    _, job = sc.sbatch(env, f"--output={log}", "slurm/smoke_cpu.sh", f"out={out}", "wandb.enabled=true", *LONG)
+    sc.preempt(env, job, out)
+    import wandb_offline as wo
+
+    first, second = [wo.records(f) for f in wo.run_file(out)]
+    assert "preempting" in [r.WhichOneof("record_type") for r in first]
+    assert wo.run_info(first).run_id == wo.run_info(second).run_id
     text = log.read_text()
     assert f"Slurm job {job} requeued" in text and "restart 1" in text, text[-3000:]
     assert "resuming" in text and (out / "summary.json").exists(), text[-3000:]
     stopped = int(text.split("stopped on SIGUSR1 after round ")[1].split(";")[0])
     assert 5 <= stopped < 60   # stopped mid-run, at a round boundary
     ref = tmp_path / "ref"
-    sc.run_one_process(out / "config.yaml", ref, slurm_env)
+    sc.run_one_process(out / "config.yaml", ref, slurm_env, "wandb.enabled=false")
     assert sc.metrics(out) == sc.metrics(ref)   # every round once, as if never stopped
     assert sc.summary(out) == sc.summary(ref)
 
