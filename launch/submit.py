@@ -116,10 +116,14 @@ def submit_points(config: str | None, points: list[Point], root: Path, overrides
     return points
 
 
-def add_resource_args(ap: argparse.ArgumentParser) -> None:
-    """The Slurm/resources options (``--partition``, ``--gpus``, ``--time``, ...)
-    that ``launch.submit`` and ``launch.sweep`` share; read them back with
-    :func:`resources_from_args`."""
+def add_launch_args(ap: argparse.ArgumentParser, what: str) -> None:
+    """The options ``launch.submit`` and ``launch.sweep`` share: where the
+    runs go (``--local``, ``--wait``, ``--dry-run``) and the Slurm resources
+    (``--partition``, ``--gpus``, ``--time``, ...; read back with
+    :func:`resources_from_args`)."""
+    ap.add_argument("--local", action="store_true", help=f"run the {what} on this machine, one run after another")
+    ap.add_argument("--wait", action="store_true", help="wait for the Slurm jobs and print the results table")
+    ap.add_argument("--dry-run", action="store_true", help="print what would run, submit nothing")
     r = Resources()
     g = ap.add_argument_group("resources (Slurm; --gpus/--tasks also set the processes of --local runs)")
     g.add_argument("--partition", help="Slurm partition")
@@ -137,7 +141,7 @@ def add_resource_args(ap: argparse.ArgumentParser) -> None:
 
 
 def resources_from_args(args: argparse.Namespace) -> Resources:
-    """:class:`Resources` from the options :func:`add_resource_args` added."""
+    """:class:`Resources` from the options :func:`add_launch_args` added."""
     return Resources(partition=args.partition, account=args.account, qos=args.qos, gpus=args.gpus, tasks=args.tasks,
                      cpus_per_task=args.cpus_per_task, nodes=args.nodes, time_min=args.time,
                      signal_seconds=args.signal_seconds, parallel=args.parallel, mem=args.mem)
@@ -151,21 +155,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--grid", nargs="+", required=True, metavar="KEY=V1,V2",
                     help="the grid's axes; every combination is one run")
     ap.add_argument("--out", help="folder of the grid's run directories (default runs/<config name>-grid)")
-    ap.add_argument("--local", action="store_true", help="run the grid on this machine, one run after another")
-    ap.add_argument("--wait", action="store_true", help="wait for the Slurm jobs and print the results table")
-    ap.add_argument("--dry-run", action="store_true", help="print what would run, submit nothing")
-    add_resource_args(ap)
+    add_launch_args(ap, "grid")
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_intermixed_args(argv)   # overrides may stand between options
-    res = resources_from_args(args)
+def launched(prog: str, args: argparse.Namespace, launch) -> int:
+    """Exit status of a launcher's ``main``: ``launch()`` returns the points;
+    an error is printed under ``prog``; after ``--local`` or ``--wait`` the
+    results table of the finished runs is printed."""
     try:
-        points = submit_grid(args.config, args.grid, args.overrides, args.out, res, local=args.local,
-                             wait=args.wait, dry_run=args.dry_run)
+        points = launch()
     except FedclustError as exc:
-        print(f"launch.submit: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     if (args.local or args.wait) and not args.dry_run:
         from fedclust import report
@@ -174,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         if done:
             report.main(done)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_intermixed_args(argv)   # overrides may stand between options
+    return launched("launch.submit", args, lambda: submit_grid(
+        args.config, args.grid, args.overrides, args.out, resources_from_args(args), local=args.local,
+        wait=args.wait, dry_run=args.dry_run))
 
 
 if __name__ == "__main__":

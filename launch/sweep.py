@@ -56,7 +56,7 @@ import yaml
 from fedclust.errors import FedclustError
 
 from launch.grid import Point, dir_name
-from launch.submit import add_resource_args, resources_from_args, submit_points
+from launch.submit import add_launch_args, launched, resources_from_args, submit_points
 
 # The top-level keys of a W&B sweep file (W&B refuses others).
 SWEEP_KEYS = {"program", "command", "method", "metric", "parameters", "name", "description", "project", "entity",
@@ -363,28 +363,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "grid: run the first N points")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random draws (method random)")
     ap.add_argument("--out", help="folder of the run directories (default runs/sweeps/<sweep file name>)")
-    ap.add_argument("--local", action="store_true", help="run the points on this machine, one after another")
-    ap.add_argument("--wait", action="store_true", help="wait for the Slurm jobs and print the results table")
-    ap.add_argument("--dry-run", action="store_true", help="print what would run, submit nothing")
-    add_resource_args(ap)
+    add_launch_args(ap, "points")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        points = run_sweep(args.sweep, args.out, args.count, args.seed, resources_from_args(args), local=args.local,
-                           wait=args.wait, dry_run=args.dry_run)
-    except FedclustError as exc:
-        print(f"launch.sweep: error: {exc}", file=sys.stderr)
-        return 2
-    if (args.local or args.wait) and not args.dry_run:
-        from fedclust import report
-
-        done = [str(p.out) for p in points if p.finished]
-        if done:
-            report.main(done)
-    return 0
+    return launched("launch.sweep", args, lambda: run_sweep(
+        args.sweep, args.out, args.count, args.seed, resources_from_args(args), local=args.local, wait=args.wait,
+        dry_run=args.dry_run))
 
 
 if __name__ == "__main__":
