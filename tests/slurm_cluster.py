@@ -3,7 +3,6 @@ helpers to submit to it and wait for its jobs."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from run_files import metrics, summary  # noqa: F401 (the Slurm tests' comparisons)
 
 ROOT = Path(__file__).resolve().parents[1]
 START = ROOT / "tests" / "slurm" / "start_cluster.sh"
 CLUSTER_DIR = Path(tempfile.gettempdir()) / "fedclust-test-slurm"
-WALL_KEYS = {"wall_seconds", "mean_round_seconds", "round_seconds"}
 
 
 def start() -> dict:
@@ -89,13 +88,3 @@ def run_one_process(config: Path, out: Path, env: dict, *overrides: str) -> None
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def without_wall(rec: dict) -> dict:
-    return {k: v for k, v in rec.items() if k not in WALL_KEYS}
-
-
-def metrics(out: Path) -> list[dict]:
-    return [without_wall(json.loads(x)) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
-
-
-def summary(out: Path) -> dict:
-    return without_wall(json.loads((out / "summary.json").read_text()))

@@ -7,7 +7,6 @@ world size 2 over 2 nodes.  ``world_from_env`` reads such an environment as
 1 device per node on 2 nodes."""
 
 import importlib.util
-import json
 import os
 import re
 import signal
@@ -28,8 +27,8 @@ from fedclust.dist import world_from_env
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 from record import GOLDEN_OVERRIDES  # noqa: E402
+from run_files import results
 
-WALL = ("round_seconds", "wall_seconds", "mean_round_seconds")
 
 
 def env():
@@ -65,15 +64,6 @@ def one_and_two_nodes(one_args, two_args):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.communicate()
-
-
-def results(out):
-    lines = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-    summary = json.loads((Path(out) / "summary.json").read_text())
-    for r in lines + [summary]:
-        for k in WALL:
-            r.pop(k, None)
-    return lines, summary
 
 
 @pytest.mark.skipif(not torch.distributed.is_available() or importlib.util.find_spec("torch.distributed.run") is None,

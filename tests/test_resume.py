@@ -25,8 +25,8 @@ from fedclust.runner import prepare, run
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 from record import GOLDEN_OVERRIDES  # noqa: E402
+from run_files import results
 
-WALL = ("round_seconds", "wall_seconds", "mean_round_seconds")
 KILL_AFTER = 5          # of 8 rounds; checkpoints every 2: the resume starts from round 4 and redoes round 5
 
 
@@ -107,15 +107,6 @@ def sub_run(name, out, *extra):
     proc = launch(1, overrides(name, out, *extra))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((Path(out) / "summary.json").read_text())
-
-
-def results(out):
-    lines = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-    summary = json.loads((Path(out) / "summary.json").read_text())
-    for r in lines + [summary]:
-        for k in WALL:
-            r.pop(k, None)
-    return lines, summary
 
 
 def assert_same_run(a, b):
