@@ -1,4 +1,4 @@
-"""Command line: ``fedclust run|check|bench|bench-rounds|report|theory``."""
+"""Command line: ``fedclust run|check|bench|bench-rounds|bench-scale|report|theory``."""
 
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="time one round of local training (see fedclust bench --help)", add_help=False)
     sub.add_parser("bench-rounds", help="whole-round time of algorithms side by side (see fedclust bench-rounds --help)",
                    add_help=False)
+    sub.add_parser("bench-scale", help="round time, gather and memory against the client count (see fedclust "
+                   "bench-scale --help)", add_help=False)
     sub.add_parser("report", help="results table of run directories (see fedclust report --help)", add_help=False)
     sub.add_parser("theory", help="Theorem 1 of PANM (see fedclust theory --help)", add_help=False)
     return p
@@ -70,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             from fedclust import bench_rounds
 
             return bench_rounds.main(argv[1:])
+        if argv and argv[0] == "bench-scale":
+            from fedclust import bench_scale
+
+            return bench_scale.main(argv[1:])
         if argv and argv[0] == "report":
             from fedclust import report
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import time
 
 import torch
 
@@ -55,6 +56,35 @@ def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:
     return start, start + base + (1 if rank < extra else 0)
 
 
+class GatherMeter:
+    """Seconds and bytes of :func:`gather_rows`' collectives, counted only
+    while ``on`` (off by default: one attribute test per gather; used by
+    ``fedclust bench-scale``).  ``bytes`` is the size of the gathered buffer
+    each rank receives: every rank's (padded) shard, its own included."""
+
+    def __init__(self):
+        self.on = False
+        self.reset()
+
+    def reset(self) -> None:
+        self.calls, self.seconds, self.bytes = 0, 0.0, 0
+
+    def gather(self, fabric, rows: torch.Tensor) -> torch.Tensor:
+        if rows.is_cuda:
+            torch.cuda.synchronize(rows.device)       # not the work queued before it
+        started = time.perf_counter()
+        gathered = fabric.all_gather(rows)
+        if gathered.is_cuda:
+            torch.cuda.synchronize(gathered.device)   # the collective's time, not its launch
+        self.calls += 1
+        self.seconds += time.perf_counter() - started
+        self.bytes += gathered.numel() * gathered.element_size()
+        return gathered
+
+
+GATHER_METER = GatherMeter()
+
+
 def gather_rows(fabric, rows: torch.Tensor, n: int) -> torch.Tensor:
     """Concatenate every rank's rows (contiguous shards) into [n, ...].
 
@@ -67,7 +97,8 @@ def gather_rows(fabric, rows: torch.Tensor, n: int) -> torch.Tensor:
     pad = longest - rows.shape[0]
     if pad:
         rows = torch.cat([rows, rows.new_zeros((pad,) + tuple(rows.shape[1:]))])
-    gathered = fabric.all_gather(rows)  # [world, longest, ...]
+    # [world, longest, ...]
+    gathered = GATHER_METER.gather(fabric, rows) if GATHER_METER.on else fabric.all_gather(rows)
     parts = [gathered[r, : shard_bounds(n, world, r)[1] - shard_bounds(n, world, r)[0]] for r in range(world)]
     return torch.cat(parts)
 

@@ -1,0 +1,73 @@
+"""fedclust bench-scale: round time, gather bytes and peak memory per client count,
+on one process and under torchrun with two."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fedclust import bench_scale
+from fedclust.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+DIM = 5
+P = DIM * 10 + 10          # logistic regression on Synthetic(dim 5): weights 5 x 10 + 10 biases
+TINY = ["--config", "", "data.name=synthetic", f"data.synthetic_dim={DIM}", "data.train_size=30", "data.test_size=10",
+        "algorithm.k=2", "seed=1"]
+
+
+def test_one_process_runs_and_gathers_nothing(capsys):
+    assert bench_scale.main(["--clients", "16,8", "--rounds", "2", "--json", *TINY]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["clients"] for r in rows] == [8, 16]                 # smallest first
+    for r in rows:
+        assert r["processes"] == 1 and r["algorithm"] == "random" and r["device"] == "cpu" and r["params"] == P
+        assert len(r["round_seconds"]) == 2 and r["s_per_round"] == r["round_seconds"][1]   # round 1 untimed
+        assert r["gathers_per_round"] == 0                          # one process: no collective at all
+        assert r["gather_bytes_per_round"] is None and r["gather_mb_per_round"] is None
+        assert r["gather_s_per_round"] is None
+        assert len(r["peak_rss_mb"]) == 1 and r["peak_rss_mb"][0] > 10 and r["peak_cuda_mb"] is None
+    assert "| 8 | 1 |" in bench_scale.table(rows)
+
+
+def test_two_processes_gather_bytes_by_hand():
+    """Each rank receives every rank's padded shard of [weights (P), training loss, flags] in float32."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "fedclust", "bench-scale", "--clients", "8,17", "--rounds", "2", "--json", *TINY]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)                                   # rank 0 alone prints
+    by_n = {r["clients"]: r for r in rows}
+    assert by_n[8]["gather_bytes_per_round"] == 8 * (P + 1 + 1) * 4
+    assert by_n[17]["gather_bytes_per_round"] == 2 * 9 * (P + 1 + 1) * 4    # shards 9 + 8, padded to 9 rows
+    for r in rows:
+        assert r["processes"] == 2 and r["gathers_per_round"] == 1
+        assert r["gather_mb_per_round"] * 2**20 == r["gather_bytes_per_round"]
+        assert r["predicted_gather_mb_per_round"] == r["gather_mb_per_round"]
+        assert r["gather_s_per_round"] > 0
+        assert len(r["peak_rss_mb"]) == 2 and all(m > 10 for m in r["peak_rss_mb"])
+
+
+def test_law_by_hand():
+    """The growth law's terms: the MLP (P = 784·200+200 + 200·200+200 + 200·10+10), its data per client,
+    and an algorithm that also gathers the models before training (the config's PANMGrad: 2P + 2 columns)."""
+    cfg = load_config("configs/fmnist_rotation2.yaml", ["clients=1000", "data.share_images=true",
+                                                        "algorithm.name=random"])
+    mlp = 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
+    lw = bench_scale.law(cfg, 2, base=100)
+    assert lw["params"] == mlp and lw["columns"] == mlp + 2
+    assert lw["gather_bytes"] == 1000 * (mlp + 2) * 4
+    d = (200 + 100) * (784 * 4 + 8)
+    assert lw["data_bytes_per_client"] == d
+    assert lw["memory_bytes"] == 100 + 500 * d + 2 * 500 * mlp * 4 + 500 * 1000 * 10 + 2 * 1000 * (mlp + 2) * 4
+    assert bench_scale.law(cfg, 1)["gather_bytes"] == 0
+    panm = load_config("configs/fmnist_rotation2.yaml", ["clients=1000", "data.share_images=true"])
+    assert bench_scale.law(panm, 2)["columns"] == 2 * mlp + 2
+
+
+def test_predict_runs_nothing(capsys):
+    assert bench_scale.main(["--predict", "--processes", "2", "--clients", "10,100", *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "2 process(es)" in out and f"| 100 | {100 * (P + 2) * 4 / 2**20:.1f} |" in out
