@@ -22,7 +22,10 @@ import statistics
 import sys
 from pathlib import Path
 
+import yaml
+
 from fedclust.algorithms import registry
+from fedclust.schema import DataConfig
 
 # metric (a summary.json field) -> (title, digits shown)
 METRICS = {
@@ -86,10 +89,6 @@ def load_run(d) -> dict:
         raise ReportError(f"{p}: not valid JSON ({exc})") from None
     s["_dir"] = str(d)
     if "true_clusters" not in s and (d / "config.yaml").is_file():   # runs from before the field
-        import yaml
-
-        from fedclust.schema import DataConfig
-
         data = (yaml.safe_load((d / "config.yaml").read_text()) or {}).get("data") or {}
         s.update(data=data.get("name", s.get("data") or DataConfig.name),
                  data_clusters=data.get("clusters", DataConfig.clusters),

@@ -121,9 +121,9 @@ LAYERS = [
      "fedclust.progress"},
     {"fedclust.algorithms"},
     {"fedclust.config", "fedclust.outputs", "fedclust.figures", "fedclust.report", "fedclust.checkpoint",
-     "fedclust.bench"},
+     "fedclust.bench", "fedclust.tracking"},
     {"fedclust.runner"},
-    {"fedclust.bench_rounds"},
+    {"fedclust.bench_rounds", "fedclust.bench_scale"},
     {"fedclust.cli", "fedclust.__main__"},
 ]
 
