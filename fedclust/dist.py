@@ -7,6 +7,7 @@ import datetime
 import os
 import re
 import time
+import warnings
 
 import torch
 
@@ -37,6 +38,9 @@ def make_fabric(device: str, timeout_seconds: float = 1800.0):
     """A launched Fabric for the detected environment (gloo on CPU, NCCL on
     GPU); a collective waits at most ``timeout_seconds`` for the other ranks."""
     from lightning.fabric import Fabric   # heavy: imported when a run starts, not when a config is checked
+    # Lightning's all_gather calls a torch function deprecated in this torch once per round, and the
+    # warning would fill every Slurm log: it says nothing to a fedclust user.
+    warnings.filterwarnings("ignore", message=r"torch\.distributed\.nn\.functional\.all_gather is deprecated")
     from lightning.fabric.strategies import DDPStrategy
 
     devices, nodes = world_from_env()
@@ -99,6 +103,8 @@ def gather_rows(fabric, rows: torch.Tensor, n: int) -> torch.Tensor:
         rows = torch.cat([rows, rows.new_zeros((pad,) + tuple(rows.shape[1:]))])
     # [world, longest, ...]
     gathered = GATHER_METER.gather(fabric, rows) if GATHER_METER.on else fabric.all_gather(rows)
+    if n == world * longest:   # equal shards: the gathered buffer already is [n, ...] in order, no copy
+        return gathered.reshape((n,) + tuple(rows.shape[1:]))
     parts = [gathered[r, : shard_bounds(n, world, r)[1] - shard_bounds(n, world, r)[0]] for r in range(world)]
     return torch.cat(parts)
 
