@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from run_files import metrics, summary  # noqa: F401 (the Slurm tests' comparisons)
 
 ROOT = Path(__file__).resolve().parents[1]
 START = ROOT / "tests" / "slurm" / "start_cluster.sh"

@@ -11,19 +11,10 @@ from fedclust.algorithms.cni import cni_step, draw_candidates, top_k_in_mask
 from fedclust.algorithms.hnm import (
     VAR_FLOOR_ABS, VAR_FLOOR_REL, draw_average, em_two_gaussians, hnm_draw, hnm_update, pooled_variance,
 )
-from fedclust.algorithms.panm import PANMGrad, PANMLoss, PanmState
+from fedclust.algorithms.panm import PanmState
 from fedclust.config import Config
 from fedclust.errors import ConfigError
-
-
-def make_panm_loss(cfg):
-    PANMLoss.check(cfg)
-    return PANMLoss.from_config(cfg)
-
-
-def make_panm_grad(cfg):
-    PANMGrad.check(cfg)
-    return PANMGrad.from_config(cfg)
+from panm_build import make_panm_grad, make_panm_loss
 
 
 # ---------------------------------------------------------------- top k, CNI

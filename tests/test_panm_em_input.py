@@ -7,21 +7,11 @@ import torch
 
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.algorithms.hnm import hnm_update
-from fedclust.algorithms.panm import PANMGrad, PANMLoss
 from fedclust.algorithms.similarity import NOT_COMPUTED, loss_em_input
 from fedclust.config import Config
 from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
-
-
-def make_panm_loss(cfg):
-    PANMLoss.check(cfg)
-    return PANMLoss.from_config(cfg)
-
-
-def make_panm_grad(cfg):
-    PANMGrad.check(cfg)
-    return PANMGrad.from_config(cfg)
+from panm_build import make_panm_grad, make_panm_loss
 
 
 # Hand-made losses F_i(w_j) of one client: its five neighbours (all same-cluster) and

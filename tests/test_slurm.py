@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import slurm_cluster as sc
+import wandb_offline as wo
+from run_files import metrics, summary
 
 ROOT = sc.ROOT
 # Slow enough (~0.1 s a round) that a signal lands mid-run, fast enough for the tests.
@@ -25,8 +26,8 @@ def test_smoke_job_matches_one_process(slurm_env, tmp_path):
     assert "2 tasks" in text and "Starting with 2 processes" in text   # srun started 2 ranks; Fabric saw both
     ref = tmp_path / "ref"
     sc.run_one_process(out / "config.yaml", ref, slurm_env)
-    assert sc.summary(out) == sc.summary(ref)
-    assert sc.metrics(out) == sc.metrics(ref)
+    assert summary(out) == summary(ref)
+    assert metrics(out) == metrics(ref)
 
 
 def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
@@ -36,8 +37,6 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
     _, job = sc.sbatch(env, f"--output={log}", "slurm/smoke_cpu.sh", f"out={out}", "wandb.enabled=true", *LONG)
     sc.preempt(env, job, out)
-    import wandb_offline as wo
-
     first, second = [wo.records(f) for f in wo.run_file(out)]
     assert "preempting" in [r.WhichOneof("record_type") for r in first]
     assert wo.run_info(first).run_id == wo.run_info(second).run_id
@@ -48,8 +47,8 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     assert 5 <= stopped < 60   # stopped mid-run, at a round boundary
     ref = tmp_path / "ref"
     sc.run_one_process(out / "config.yaml", ref, slurm_env, "wandb.enabled=false")
-    assert sc.metrics(out) == sc.metrics(ref)   # every round once, as if never stopped
-    assert sc.summary(out) == sc.summary(ref)
+    assert metrics(out) == metrics(ref)   # every round once, as if never stopped
+    assert summary(out) == summary(ref)
 
 
 def test_cifar_script_passes_arguments_and_names_out_by_job(slurm_env, tmp_path):
@@ -130,5 +129,5 @@ def test_launch_submit_task_is_requeued_and_resumes(slurm_env, tmp_path):
     assert f"Slurm job {job} requeued" in logs and "resuming" in logs, logs[-3000:]
     ref = tmp_path / "ref"
     sc.run_one_process(out / "config.yaml", ref, slurm_env)
-    assert sc.metrics(out) == sc.metrics(ref)
-    assert sc.summary(out) == sc.summary(ref)
+    assert metrics(out) == metrics(ref)
+    assert summary(out) == summary(ref)
