@@ -38,7 +38,7 @@ DIRNAME = "checkpoints"
 KEEP = 2
 EXIT_REQUEUE = 75   # exit status of a run stopped by SIGUSR1/SIGTERM after its checkpoint (EX_TEMPFAIL)
 # Keys that may differ between a checkpoint's config and the resuming run's: run length and outputs.
-RESUMABLE_KEYS = ("rounds", "out", "label", "progress", "figures", "eval_every", "checkpoint_every", "resume",
+RESUMABLE_KEYS = ("rounds", "out", "label", "progress", "figures", "eval_every", "checkpoint_every", "resume", "overwrite",
                   "collective_timeout", "plugins", "wandb.")
 _NAME = re.compile(r"^round-(\d{6,})\.pt$")
 

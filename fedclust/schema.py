@@ -115,8 +115,9 @@ class Config:
     progress: bool = True           # progress bar on rank 0
     figures: bool = True            # write PNG figures into the run directory at the end
     plugins: list = field(default_factory=list)  # modules or .py files that register more algorithms
-    checkpoint_every: int = 10      # rounds between checkpoints (0: only on a signal and at the end)
+    checkpoint_every: int = 0       # rounds between checkpoints; 0: by the clock (5 min or 50x a checkpoint's cost); always at the end and on a signal
     resume: str = "auto"            # auto: continue from out's newest checkpoint if any | never | require
+    overwrite: bool = False         # true: a run in out that this config cannot continue is replaced, not refused
     collective_timeout: float = 600.0  # seconds a collective may wait for the other ranks before the run stops
     # sections of the registered algorithms (pens, panm, fedprox, ...), reached as cfg.<name>
     sections: dict = field(default_factory=_default_sections, repr=False)
@@ -347,7 +348,8 @@ def validate_core(cfg: Config) -> None:
         raise ConfigError("wandb.tags", cfg.wandb.tags, "must be a list of non-empty strings, e.g. wandb.tags=[panm,cifar]")
     if cfg.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", cfg.checkpoint_every,
-                          "must be >= 0 rounds between checkpoints (0: only on a signal and at the end)")
+                          "must be >= 0 rounds between checkpoints (0: by the clock, every 5 minutes or 50x the last "
+                          "checkpoint's cost; always at the end and on SIGUSR1/SIGTERM)")
     one_of("resume", cfg.resume, set(RESUME_MODES))
     finite("collective_timeout", cfg.collective_timeout,
            "must be a finite number of seconds > 0 (how long a rank waits for the others in a collective)")
