@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 
 import torch
+import yaml
 
 from fedclust.algorithms import registry
 from fedclust.errors import ConfigError, FedclustError
@@ -131,39 +132,67 @@ def config_differences(saved: dict, now: dict, sections: tuple[str, ...] = ()) -
             and not any(k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_KEYS)]
 
 
+def _saved_config(out: Path) -> dict | None:
+    """The config.yaml a run left in ``out`` (None if absent or unreadable)."""
+    try:
+        saved = yaml.safe_load((out / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
 def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
-    """The checkpoint this run resumes from under ``cfg.resume`` (None: start
-    afresh).  Refuses (ConfigError) a run directory holding a run when
-    resume=never, none when resume=require, and a checkpoint whose config
-    differs in more than run length and outputs."""
+    """The checkpoint this run resumes from (None: start afresh).
+
+    A run directory is never replaced unless asked: with no checkpoint to
+    continue, files of an earlier run are refused unless they are this same
+    config's (a run killed before its first checkpoint starts again from round
+    1: nothing of it is lost, every draw being a function of (seed, round,
+    client)) or ``overwrite=true``.  A checkpoint of another config (more than
+    run length and outputs differ) is refused unless ``overwrite=true``;
+    ``resume=never`` refuses any earlier run unless ``overwrite=true``,
+    ``resume=require`` a directory without a readable checkpoint."""
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise ConfigError("out", str(out), "is a file; choose a directory path for the run")
     taken = [f for f in RUN_FILES if (p / f).exists()] + ([DIRNAME] if candidates(out) else [])
+    replace = "set overwrite=true to replace it"
     if cfg.resume == "never":
-        if taken:
+        if taken and not cfg.overwrite:
             raise ConfigError("out", str(out), f"already holds a run ({', '.join(taken)}) and resume=never; choose "
-                              "another out=DIR, move the old run away, or drop resume=never to continue it")
+                              f"another out=DIR, move the old run away, {replace}, or drop resume=never to "
+                              "continue it")
         return None
     found = newest(out)
+    sections = tuple(registry.get(cfg.algorithm.name).sections)
     if found is None:
         if cfg.resume == "require":
             raise ConfigError("resume", "require", f"no readable checkpoint under {directory(out)}; run without "
                               "resume=require to start afresh")
+        if not taken or cfg.overwrite:
+            return None
+        saved = _saved_config(p)
         if (p / "summary.json").exists():
-            raise ConfigError("out", str(out), "holds a finished run without checkpoints; choose another out=DIR "
-                              "or move the old run away (nothing is overwritten)")
-        return None
+            why = "a finished run without checkpoints"
+        elif saved is None:
+            why = "a run without a readable config.yaml"
+        elif config_differences(saved, config_dict, sections):
+            shown = ", ".join(config_differences(saved, config_dict, sections)[:8])
+            why = f"a run of another config (differing keys: {shown}) that wrote no checkpoint"
+        else:
+            return None   # this config, killed before its first checkpoint: run it again from round 1
+        raise ConfigError("out", str(out), f"holds {why} ({', '.join(taken)}); nothing is replaced unless asked: "
+                          f"choose another out=DIR, move the old run away, or {replace}")
     path, payload = found
-    diff = config_differences(payload["config"], config_dict, tuple(registry.get(cfg.algorithm.name).sections))
-    if diff:
+    diff = config_differences(payload["config"], config_dict, sections)
+    if diff and not cfg.overwrite:
         old, new = _flatten(payload["config"]), _flatten(config_dict)
         shown = ", ".join(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in diff[:8])
         raise ConfigError(diff[0], new.get(diff[0]),
                           f"the checkpoint {path} was written with another config; differing keys: {shown}. Only "
-                          "run length (rounds) and output keys may change on resume; use the old values, or "
-                          "another out=DIR (resume=never refuses to continue)")
-    return path, payload
+                          "run length (rounds) and output keys may change on resume; use the old values, "
+                          f"another out=DIR, or {replace}")
+    return None if diff else (path, payload)
 
 
 # ----------------------------------------------------------------------------

@@ -85,13 +85,18 @@ class GatherMeter:
 GATHER_METER = GatherMeter()
 
 
+# torch >= 2.14 names the one-buffer all-gather all_gather_single (all_gather_into_tensor, its older name, warns
+# on every call); older torch has only all_gather_into_tensor.
+_gather_into = getattr(torch.distributed, "all_gather_single", None) or torch.distributed.all_gather_into_tensor
+
+
 def all_gather(rows: torch.Tensor, world: int) -> torch.Tensor:
     """Every rank's equally shaped ``rows`` as ``[world, *rows.shape]``,
-    received straight into one buffer (``all_gather_into_tensor``, gloo and
-    NCCL; Fabric's ``all_gather`` goes through torch's deprecated autograd
+    received straight into one buffer (:data:`_gather_into`, gloo and NCCL;
+    Fabric's ``all_gather`` goes through torch's deprecated autograd
     all_gather and stacks a received list)."""
     out = rows.new_empty((world * rows.shape[0],) + tuple(rows.shape[1:]))   # concatenated: gloo and NCCL take it
-    torch.distributed.all_gather_into_tensor(out, rows.contiguous())
+    _gather_into(out, rows.contiguous())
     return out.view((world,) + tuple(rows.shape))
 
 

@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 
 from fedclust import schema as config_mod
-from fedclust.errors import ConfigError, FedclustError
+from fedclust.errors import ConfigError
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json")
+# What else a run leaves in its directory that a fresh start there removes (W&B's own wandb/ folder is
+# kept: it may hold offline runs not yet synced).
+RUN_EXTRAS = ("neighbors.npz", "figures", "checkpoints", "wandb.json")
 
 
 def default_out(cfg, env=os.environ) -> str:
@@ -27,34 +31,61 @@ def default_out(cfg, env=os.environ) -> str:
     return f"runs/{cfg.algorithm.name}-{cfg.data.name}-s{cfg.seed}-{stamp}"
 
 
-def check_out(path: str) -> None:
-    """Refuse to write into a directory that already holds a run."""
-    p = Path(path)
+def check_writable(path: str) -> None:
+    """Refuse a run directory that cannot be created or written (checked
+    before any data is read or process group starts)."""
+    p = Path(path).expanduser().absolute()
     if p.exists() and not p.is_dir():
         raise ConfigError("out", path, "is a file; choose a directory path for the run")
-    taken = [f for f in RUN_FILES if (p / f).exists()]
-    if taken:
-        raise ConfigError("out", path, f"already holds a run ({', '.join(taken)}); choose another out=DIR "
-                          "or move the old run away (nothing is overwritten)")
+    parent = p
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError("out", path, f"cannot be created: {parent} is a file, not a folder; choose another "
+                          "out=DIR")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError("out", path, f"cannot be written: no write permission in {parent}; choose another "
+                          "out=DIR")
 
 
-def truncate_lines(path: Path, keep: int) -> None:
-    """Keep the first ``keep`` complete lines of a text file (create it empty if missing)."""
-    if not path.exists():
-        path.touch()
-        return
-    kept, size = 0, 0
-    with open(path, "rb") as f:
-        for line in f:
-            if kept == keep or not line.endswith(b"\n"):
-                break
-            kept += 1
-            size += len(line)
-    if kept < keep:
-        raise FedclustError(f"{path} has {kept} complete lines but the checkpoint counts {keep}; it was edited or "
-                         "truncated since, so the run cannot continue exactly; move it away and resume")
-    with open(path, "r+b") as f:
-        f.truncate(size)
+def clear_run(d: Path) -> list[str]:
+    """Remove an earlier run's files from ``d``; returns the names removed."""
+    removed = []
+    for name in RUN_FILES + RUN_EXTRAS:
+        p = d / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+        else:
+            continue
+        removed.append(name)
+    return removed
+
+
+def metrics_line(record: dict) -> str:
+    """A metrics record as its line in metrics.jsonl (NaN/inf as null)."""
+    return json.dumps(json_safe(record)) + "\n"
+
+
+def sync_metrics(path: Path, history: list[dict]) -> str | None:
+    """Make ``metrics.jsonl`` hold exactly the lines of ``history`` (the
+    checkpoint's records, the ground truth of a resumed run): lines after
+    them (rounds after the checkpoint) are cut; if an earlier line differs
+    (edited, corrupted, cut) the file is rewritten from ``history``.
+    Returns one line saying what was rebuilt, or None when nothing was."""
+    want = [metrics_line(r) for r in history]
+    have = path.read_bytes().decode("utf-8", "replace").splitlines(keepends=True) if path.exists() else []
+    bad = next((i for i, line in enumerate(want) if i >= len(have) or have[i] != line), None)
+    if bad is None:
+        size = sum(len(line.encode()) for line in want)
+        with open(path, "r+b") as f:
+            f.truncate(size)
+        return None
+    path.write_text("".join(want))
+    what = f"line {bad + 1} differed from it" if bad < len(have) else f"it had {len(have)} of its lines"
+    return (f"{path} disagreed with the checkpoint ({what}); rebuilt from the checkpoint's "
+            f"{len(want)} records")
 
 
 def json_safe(value):
@@ -71,19 +102,30 @@ def json_safe(value):
 class RunWriter:
     """Writes the run directory (rank 0 only)."""
 
-    def __init__(self, cfg, out: str, keep_lines: int = 0):
-        """``keep_lines``: metrics lines of earlier rounds to keep (a resumed
-        run's checkpoint count); later lines, from rounds after the
-        checkpoint, are cut so that none is duplicated."""
+    def __init__(self, cfg, out: str, history: list[dict] | None = None, say=print):
+        """``history``: the records of a resumed run's checkpoint; metrics.jsonl
+        is made to hold exactly them (:func:`sync_metrics`).  None: a fresh
+        start, which first removes what an earlier run left in ``out``
+        (:func:`fedclust.checkpoint.choose` has allowed it: the same config
+        that never checkpointed, or ``overwrite=true``)."""
         self.dir = Path(out)
         self.dir.mkdir(parents=True, exist_ok=True)
+        if history is None:
+            replaced = clear_run(self.dir)
+            if replaced:
+                say(f"fedclust: starting afresh in {self.dir}; removed the earlier run's {', '.join(replaced)}")
         (self.dir / "config.yaml").write_text(config_mod.dump(cfg))
-        truncate_lines(self.dir / "metrics.jsonl", keep_lines)
-        self._metrics = open(self.dir / "metrics.jsonl", "a")
+        metrics = self.dir / "metrics.jsonl"
+        if history is None:
+            metrics.write_text("")
+        else:
+            rebuilt = sync_metrics(metrics, history)
+            if rebuilt:
+                say(f"fedclust: {rebuilt}")
+        self._metrics = open(metrics, "a")
 
     def log_round(self, record: dict) -> None:
-        record = json_safe(record)
-        self._metrics.write(json.dumps(record) + "\n")
+        self._metrics.write(metrics_line(record))
         self._metrics.flush()
 
     def write_summary(self, summary: dict) -> None:

@@ -34,18 +34,33 @@ from fedclust.errors import CollectiveError, DivergenceError
 from fedclust.figures import write_run_figures
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
 from fedclust.models import default_arch, initial_weights
-from fedclust.outputs import RunWriter, default_out
+from fedclust.outputs import RunWriter, check_writable, default_out
 from fedclust.schema import to_dict
 from fedclust.progress import make_progress
-from fedclust.tracking import Tracker
+from fedclust.tracking import Tracker, check_credentials
 
 
 def prepare(cfg) -> str:
-    """Checks that must pass before any process group starts (the resume
-    decision included: :func:`fedclust.checkpoint.choose`); returns the run dir."""
+    """Checks that must pass before any data is read or process group starts
+    (the run directory can be written, W&B can log, the resume decision:
+    :func:`fedclust.checkpoint.choose`); creates nothing; returns the run dir."""
     out = cfg.out or default_out(cfg)
+    check_writable(out)
+    check_credentials(cfg)
     checkpoint.choose(cfg, out, to_dict(cfg))
     return out
+
+
+def data_source(cfg, data) -> str:
+    """Where the run's data came from, saying when it was not ``data.root``."""
+    if data.source is None:
+        return f"{cfg.data.name}, generated"
+    root = Path(cfg.data.root).expanduser().resolve()
+    source = Path(data.source)
+    if source == root or root in source.parents:
+        return f"{cfg.data.name} from {source}"
+    why = "does not exist" if not root.exists() else f"holds no {cfg.data.name} files"
+    return f"{cfg.data.name} from {source} (fallback: data.root {cfg.data.root!r} {why})"
 
 
 @dataclass
@@ -315,6 +330,8 @@ def run(cfg, out: str | None = None) -> dict:
     started = time.time()
     fabric = make_fabric(cfg.device, cfg.collective_timeout)
     s = setup(cfg, fabric)
+    if s.rank == 0:
+        print(f"fedclust: run directory {out}; data {data_source(cfg, s.data)}", file=sys.stderr)
     if resume_from is not None:
         state = restore_state(s, resume_from[1])
         if s.rank == 0:
@@ -322,8 +339,9 @@ def run(cfg, out: str | None = None) -> dict:
                   file=sys.stderr)
     else:
         state = fresh_state(s)
+    writer = (RunWriter(cfg, out, history=state.history if resume_from is not None else None,
+                        say=lambda line: print(line, file=sys.stderr)) if s.rank == 0 else None)
     del resume_from
-    writer = RunWriter(cfg, out, keep_lines=len(state.history)) if s.rank == 0 else None
     tracker = Tracker(cfg, out, state.run_id) if s.rank == 0 and cfg.wandb.enabled else None
     if tracker is not None:
         state.run_id = tracker.id   # kept in the checkpoints: a continued run continues this W&B run
@@ -361,8 +379,7 @@ def run(cfg, out: str | None = None) -> dict:
                                          checkpoint.path_for(out, t), job)
         if state.round < cfg.rounds or not state.history:
             raise RuntimeError(f"run ended at round {state.round} of {cfg.rounds}")
-        summary = _summary(cfg, state.history, state.final_lists, state.final_assignment, s.data.clusters,
-                           time.time() - started)
+        summary = _summary(cfg, state.history, s, time.time() - started)
         if writer:
             saved = dict(state.saved)
             if state.final_lists is not None:
@@ -371,7 +388,7 @@ def run(cfg, out: str | None = None) -> dict:
                 saved["assignment"] = state.final_assignment.cpu().numpy()
             np.savez_compressed(writer.dir / "neighbors.npz", **saved)
             writer.write_summary(summary)
-            figures = write_run_figures(writer.dir, summary, cfg) if cfg.figures else []
+            figures = _figures(writer.dir, summary, cfg, state.history) if cfg.figures else []
             if tracker:
                 tracker.log_results(summary, [writer.dir / "figures" / f for f in figures], state.final_lists,
                                     state.final_assignment, s.data.clusters)
@@ -391,6 +408,16 @@ def run(cfg, out: str | None = None) -> dict:
         print(_summary_text(summary, out))
     _finish(fabric)
     return summary
+
+
+def _figures(run_dir: Path, summary: dict, cfg, history: list[dict]) -> list[str]:
+    """The run's figures; a figure that fails is reported in one line, never failing the finished run."""
+    try:
+        return write_run_figures(run_dir, summary, cfg, records=history)
+    except Exception as exc:   # matplotlib, fonts, odd data: the run's results are already on disk
+        print(f"fedclust: figures not written ({type(exc).__name__}: {exc}); the run's metrics and summary are "
+              "complete", file=sys.stderr)
+        return []
 
 
 def _finish(fabric) -> None:
@@ -454,6 +481,7 @@ def _evaluate_round(s: Setup, result, traffic, t, all_train_loss, seconds, flat)
     values = everyone[:, :width].contiguous().view(torch.float64)
     acc_all, loss_all, prec_all, rec_all, recv_all, maxr_all = (values[:, i].cpu() for i in range(6))
     all_lists = everyone[:, width:].bool().cpu().numpy() if result.lists is not None else None
+    has_lists = all_lists is not None and bool(all_lists.any())   # Local's empty lists define no neighbours
     clients_received = float(recv_all.sum())
     # Every model a client receives was sent by a peer or the server; clients
     # send one model per upload the server receives.
@@ -463,15 +491,18 @@ def _evaluate_round(s: Setup, result, traffic, t, all_train_loss, seconds, flat)
         "accuracy": 100.0 * float(acc_all.mean()),
         "loss": float(loss_all.mean()),
         "train_loss": float(all_train_loss.double().mean()),
-        "neighbor_precision": nanmean(prec_all) if all_lists is not None else None,
-        "neighbor_recall": nanmean(rec_all) if all_lists is not None else None,
+        "neighbor_precision": nanmean(prec_all) if has_lists else None,
+        "neighbor_recall": nanmean(rec_all) if has_lists else None,
+        # Theorem 1's quantity: the share of clients (with a list) whose listed neighbours are all same-cluster
+        "neighbor_all_same_share": nanmean((prec_all == 1.0).double().masked_fill(prec_all.isnan(), float("nan")))
+        if has_lists else None,
         "models_received_total": clients_received + traffic.server_received,
         "models_sent_total": clients_received + traffic.server_received,
         "max_models_received_per_round": max(float(maxr_all.max()), float(traffic.server_max)),
         "round_seconds": seconds,
         "client_accuracy": [round(100.0 * float(a), 2) for a in acc_all],
     }
-    if all_lists is not None and all_lists.any():
+    if has_lists:
         record.update(cluster_recovery(all_lists, ctx.clusters.cpu().numpy()))
     elif result.assignment is not None:
         labels = result.assignment.cpu().numpy()
@@ -480,16 +511,22 @@ def _evaluate_round(s: Setup, result, traffic, t, all_train_loss, seconds, flat)
     return record, all_lists
 
 
-def _summary(cfg, history, lists, assignment, clusters, wall) -> dict:
+def _summary(cfg, history, s: Setup, wall) -> dict:
     final = history[-1]
     best = max(history, key=lambda r: r["accuracy"])
     summary = {
         "algorithm": cfg.algorithm.name,
         "label": cfg.label or cfg.algorithm.name,
         "data": cfg.data.name,
-        "data_clusters": cfg.data.clusters,
+        "data_clusters": None if cfg.data.name == "synthetic" else cfg.data.clusters,   # synthetic: no such kind
+        "data_source": s.data.source,
         "true_clusters": cfg.data.num_clusters,
+        "model": s.arch,
         "clients": cfg.clients,
+        "rounds": cfg.rounds,
+        "stage1_rounds": s.stage1_end,
+        "train_size": cfg.data.train_size,
+        "test_size": cfg.data.test_size,
         "seed": cfg.seed,
         "final_accuracy": final["accuracy"],
         "best_accuracy": best["accuracy"],

@@ -17,12 +17,15 @@ without internet, ``WANDB_PROJECT``, ``WANDB_ENTITY``, ...).
 from __future__ import annotations
 
 import json
+import netrc
 import os
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 
 from fedclust import schema
+from fedclust.errors import ConfigError
 from fedclust.outputs import json_safe
 
 STATE_FILE = "wandb.json"
@@ -147,3 +150,27 @@ class Tracker:
             self.run.mark_preempting()
         self.run.finish(exit_code=exit_code)
         self.run = None
+
+
+def check_credentials(cfg, env=os.environ) -> None:
+    """Refuse W&B online tracking without credentials before anything is
+    read or written (wandb.init would fail only after data setup, in a raw
+    UsageError): an API key in the environment, or a .netrc entry for the
+    W&B host, as ``wandb login`` writes it."""
+    if not cfg.wandb.enabled:
+        return
+    mode = cfg.wandb.mode or env.get("WANDB_MODE") or "online"
+    if mode != "online" or env.get("WANDB_DISABLED", "").lower() in ("true", "1"):
+        return
+    if env.get("WANDB_API_KEY") or env.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return
+    host = urlparse(env.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    path = Path(env["NETRC"]) if env.get("NETRC") else Path(env.get("HOME") or Path.home()) / ".netrc"
+    try:
+        if netrc.netrc(path).authenticators(host):
+            return
+    except (OSError, netrc.NetrcParseError):
+        pass
+    raise ConfigError("wandb.mode", mode, f"W&B online tracking needs credentials and none were found (no "
+                      f"WANDB_API_KEY, no entry for {host} in {path}); run `wandb login` once, or track offline "
+                      "with wandb.mode=offline (or WANDB_MODE=offline) and `wandb sync` the run later")

@@ -209,12 +209,22 @@ def test_torn_newest_checkpoint_resumes_from_the_older(tmp_path):
     assert_same_run(tmp_path / "whole", out)
 
 
-def test_divergence_keeps_the_last_good_checkpoint_and_metrics(tmp_path):
+def test_divergence_keeps_the_last_good_checkpoint_and_metrics(tmp_path, monkeypatch):
+    from fedclust import runner
+
+    train_round, calls = runner.train_round, []
+
+    def nan_in_round_4(*args, **kwargs):   # client 1's loss turns NaN in the 4th round
+        loss = train_round(*args, **kwargs)
+        calls.append(1)
+        return loss.index_fill(0, torch.tensor([1], device=loss.device), float("nan")) if len(calls) == 4 else loss
+
+    monkeypatch.setattr(runner, "train_round", nan_in_round_4)
     out = tmp_path / "d"
     with pytest.raises(DivergenceError) as e:
-        in_process("local", out, "train.lr=0.5", "train.lr_decay=30", "checkpoint_every=1", "rounds=30")
+        in_process("local", out, "checkpoint_every=1", "rounds=6")
     lines = (out / "metrics.jsonl").read_text().splitlines()
-    assert e.value.round >= 3 and len(lines) == e.value.round - 1
+    assert e.value.round == 4 and e.value.clients == [1] and len(lines) == 3
     rounds = [r for r, _ in checkpoint.candidates(out)]
     assert rounds == [r for r in (e.value.round - 1, e.value.round - 2) if r >= 1]
 

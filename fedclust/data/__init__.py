@@ -53,6 +53,7 @@ class FederatedData:
     client_ids: torch.Tensor     # [C] global ids of the held clients
     input_shape: tuple[int, ...]
     num_classes: int
+    source: str | None = None    # the folder the images were read from (None: generated)
 
 
 def _check_size(cfg: DataConfig, num_clients: int, field: str, size: int, split: int) -> None:
@@ -152,8 +153,10 @@ def load_federated(
         t = cfg.train_size
         train_x, train_y, test_x, test_y = x[:, :t], y[:, :t], x[:, t:], y[:, t:]
         shape: tuple[int, ...] = (cfg.synthetic_dim,)
+        source = None
     else:
         raw = load_raw(cfg.name, cfg.root, cfg.download)
+        source = raw.source
         train_idx, test_idx = federated_indices(
             raw.train_y, raw.test_y, num_clients, cfg.train_size, cfg.test_size, seed, cfg.share_images
         )
@@ -173,5 +176,5 @@ def load_federated(
         train_x=train_x.contiguous(), train_y=train_y.contiguous(),
         test_x=test_x.contiguous(), test_y=test_y.contiguous(),
         clusters=clusters.to(device), client_ids=ids.to(device),
-        input_shape=tuple(shape), num_classes=NUM_CLASSES,
+        input_shape=tuple(shape), num_classes=NUM_CLASSES, source=source,
     )

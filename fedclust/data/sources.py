@@ -58,12 +58,13 @@ DEBIAN_PACKAGE = "dataset-fashion-mnist"
 
 
 class RawData(NamedTuple):
-    """Raw splits: images uint8 [N, C, H, W], labels int64 [N]."""
+    """Raw splits: images uint8 [N, C, H, W], labels int64 [N], and the folder they were read from."""
 
     train_x: torch.Tensor
     train_y: torch.Tensor
     test_x: torch.Tensor
     test_y: torch.Tensor
+    source: str = ""
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,7 +106,7 @@ def read_idx_folder(folder: Path) -> RawData | None:
     t = {k: read_idx(p) for k, p in paths.items()}
     return RawData(
         t["train_x"].to(torch.uint8).unsqueeze(1), t["train_y"].long(),
-        t["test_x"].to(torch.uint8).unsqueeze(1), t["test_y"].long(),
+        t["test_x"].to(torch.uint8).unsqueeze(1), t["test_y"].long(), str(folder),
     )
 
 
@@ -159,7 +160,7 @@ def _load_torchvision(name: str, root: Path, download: bool) -> RawData:
         x = torch.as_tensor(ds.data)
         x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)  # CIFAR is NHWC
         out += [x.to(torch.uint8).contiguous(), torch.as_tensor(ds.targets, dtype=torch.int64)]
-    return RawData(*out)
+    return RawData(*out, str(folder))
 
 
 @functools.lru_cache(maxsize=8)
