@@ -1,0 +1,215 @@
+"""Nothing lost, nothing silent: the run directory is never replaced unless
+asked, metrics.jsonl is rebuilt from the checkpoint, bad output folders and
+W&B without credentials are refused before any data is read, the data folder
+actually read is recorded, undefined metrics are null."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedclust import checkpoint
+from fedclust.cli import main
+from fedclust.config import load_config
+from fedclust.errors import ConfigError
+from fedclust.outputs import metrics_line, sync_metrics
+from fedclust.runner import prepare, run
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["data.name=synthetic", "data.train_size=40", "data.test_size=20", "clients=8", "rounds=4",
+         "stage1_rounds=2", "algorithm.k=2", "algorithm.l=3", "progress=false", "figures=false", "seed=5"]
+
+
+def small_run(out, *extra):
+    cfg = load_config(None, SMALL + [f"out={out}", *extra])
+    return run(cfg, prepare(cfg))
+
+
+def records(d: Path) -> list[dict]:
+    """metrics.jsonl without wall times."""
+    return [{k: v for k, v in json.loads(x).items() if k != "round_seconds"}
+            for x in (d / "metrics.jsonl").read_text().splitlines()]
+
+
+def files(d: Path) -> dict:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+# ----------------------------------------------------------------------------
+# The run directory is never replaced unless asked
+
+
+def test_a_run_without_checkpoint_is_not_replaced_by_another_config(tmp_path):
+    small_run(tmp_path / "done", "algorithm.name=random")
+    killed = tmp_path / "killed"      # a job killed before its first checkpoint: config and metrics only
+    killed.mkdir()
+    for name in ("config.yaml", "metrics.jsonl"):
+        shutil.copy(tmp_path / "done" / name, killed / name)
+    before = files(killed)
+    with pytest.raises(ConfigError) as e:
+        small_run(killed, "algorithm.name=local")
+    msg = str(e.value)
+    assert e.value.field == "out" and "config.yaml, metrics.jsonl" in msg and "algorithm.name" in msg
+    assert "overwrite=true" in msg and "another out=DIR" in msg
+    assert files(killed) == before     # nothing written
+
+
+def test_overwrite_true_replaces_and_the_same_config_restarts(tmp_path, capsys):
+    small_run(tmp_path / "done", "algorithm.name=random")
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    for name in ("config.yaml", "metrics.jsonl"):
+        shutil.copy(tmp_path / "done" / name, killed / name)
+    (killed / "metrics.jsonl").write_text((killed / "metrics.jsonl").read_text().splitlines()[0] + "\n")
+    # The same config that never checkpointed runs again from round 1, ending as the uninterrupted run.
+    small_run(killed, "algorithm.name=random")
+    assert "removed the earlier run's config.yaml, metrics.jsonl" in capsys.readouterr().err
+    assert records(killed) == records(tmp_path / "done")
+    # Another config replaces it only when asked, and none of the old run's files stay behind.
+    summary = small_run(killed, "algorithm.name=local", "overwrite=true")
+    assert summary["algorithm"] == "local"
+    assert load_config(killed / "config.yaml").algorithm.name == "local"
+    assert [c.name for _, c in checkpoint.candidates(killed)] == ["round-000004.pt"]
+    assert checkpoint.read(checkpoint.path_for(killed, 4))["config"]["algorithm"]["name"] == "local"
+
+
+def test_a_finished_run_without_checkpoints_is_refused(tmp_path):
+    out = tmp_path / "r"
+    small_run(out, "algorithm.name=local")
+    shutil.rmtree(out / "checkpoints")
+    with pytest.raises(ConfigError, match="finished run without checkpoints"):
+        small_run(out, "algorithm.name=local")
+
+
+# ----------------------------------------------------------------------------
+# metrics.jsonl agrees with the checkpoint
+
+
+def test_sync_metrics_keeps_rebuilds_and_cuts(tmp_path):
+    history = [{"round": 1, "accuracy": 50.0, "loss": float("nan")}, {"round": 2, "accuracy": 60.5, "loss": 1.0}]
+    lines = [json.dumps({"round": 1, "accuracy": 50.0, "loss": None}) + "\n",
+             json.dumps({"round": 2, "accuracy": 60.5, "loss": 1.0}) + "\n"]
+    assert [metrics_line(r) for r in history] == lines
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(lines) + '{"round": 3, "accuracy": 1.0}\n{"rou')   # rounds after the checkpoint
+    assert sync_metrics(path, history) is None and path.read_text() == "".join(lines)
+    path.write_text(lines[0] + "garbage}}}\n" + '{"round": 3}\n')
+    said = sync_metrics(path, history)
+    assert "line 2 differed" in said and "2 records" in said and path.read_text() == "".join(lines)
+    path.write_text(lines[0][:10])                                         # cut inside the first line
+    assert "line 1 differed" in sync_metrics(path, history) and path.read_text() == "".join(lines)
+    path.write_text(lines[0])                                              # a line short
+    assert "it had 1 of its lines" in sync_metrics(path, history) and path.read_text() == "".join(lines)
+
+
+def test_corrupted_metrics_line_is_rebuilt_on_resume(tmp_path, capsys):
+    out, whole = tmp_path / "r", tmp_path / "whole"
+    small_run(out, "algorithm.name=random", "checkpoint_every=2")
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    lines[1] = "garbage}}}"
+    (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    small_run(out, "algorithm.name=random", "checkpoint_every=2", "rounds=6", "figures=true")
+    err = capsys.readouterr().err
+    assert f"{out / 'metrics.jsonl'} disagreed with the checkpoint (line 2 differed" in err
+    small_run(whole, "algorithm.name=random", "checkpoint_every=2", "rounds=6")
+    assert records(out) == records(whole)
+    assert (out / "figures" / "accuracy.png").stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------
+# Refused before any data is read or any directory is made
+
+
+def test_out_below_a_plain_file_is_refused_up_front(tmp_path, capsys):
+    (tmp_path / "plain").write_text("x")
+    out = tmp_path / "plain" / "run"
+    cfg = load_config(None, SMALL + [f"out={out}"])
+    with pytest.raises(ConfigError) as e:
+        prepare(cfg)
+    assert e.value.field == "out" and "is a file, not a folder" in str(e.value)
+    assert main(["run", *SMALL, f"out={out}"]) == 2
+    assert "config field 'out'" in capsys.readouterr().err
+
+
+def wandb_env(tmp_path, **extra):
+    keep = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "NETRC"}
+    return dict(keep, HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1", **extra)
+
+
+def test_wandb_online_without_credentials_is_refused_before_anything(tmp_path):
+    (tmp_path / "home").mkdir()
+    out = tmp_path / "w"
+    proc = subprocess.run([sys.executable, "-m", "fedclust", "run", *SMALL, f"out={out}", "wandb.enabled=true"],
+                          cwd=ROOT, env=wandb_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "wandb login" in proc.stderr and "wandb.mode=offline" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_wandb_credentials_found_in_env_or_netrc(tmp_path):
+    from fedclust.tracking import check_credentials
+
+    cfg = load_config(None, SMALL + ["wandb.enabled=true"])
+    (tmp_path / "home").mkdir()
+    with pytest.raises(ConfigError):
+        check_credentials(cfg, env=wandb_env(tmp_path))
+    check_credentials(cfg, env=wandb_env(tmp_path, WANDB_API_KEY="x" * 40))
+    check_credentials(cfg, env=wandb_env(tmp_path, WANDB_MODE="offline"))
+    (tmp_path / "home" / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
+    check_credentials(cfg, env=wandb_env(tmp_path))
+    with pytest.raises(ConfigError, match="example.org"):   # another server: its own entry is needed
+        check_credentials(cfg, env=wandb_env(tmp_path, WANDB_BASE_URL="https://example.org"))
+    check_credentials(load_config(None, SMALL + ["wandb.enabled=true", "wandb.mode=offline"]),
+                      env=wandb_env(tmp_path, WANDB_BASE_URL="https://example.org"))
+
+
+# ----------------------------------------------------------------------------
+# What the run records
+
+
+def test_data_folder_read_is_recorded_with_its_fallback(tmp_path, capsys):
+    from fedclust.data import sources
+
+    deb = sources.debian_fmnist_folder()
+    if deb is None:
+        pytest.skip(f"the Debian package {sources.DEBIAN_PACKAGE} is not installed: no fallback folder to test")
+    cfg = load_config(None, ["data.name=fmnist", f"data.root={tmp_path / 'nowhere'}", "data.download=false",
+                             "data.train_size=20", "data.test_size=10", "clients=4", "rounds=1", "stage1_rounds=1",
+                             "algorithm.k=1", "algorithm.l=2", "progress=false", "figures=false",
+                             f"out={tmp_path / 'r'}"])
+    summary = run(cfg, prepare(cfg))
+    assert summary["data_source"] == str(deb)
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["data_source"] == str(deb)
+    err = capsys.readouterr().err
+    first = next(line for line in err.splitlines() if line.startswith("fedclust:"))
+    assert first == (f"fedclust: run directory {tmp_path / 'r'}; data fmnist from {deb} (fallback: data.root "
+                     f"{str(tmp_path / 'nowhere')!r} does not exist)")
+
+
+def test_undefined_is_null_and_the_share_of_all_same_cluster_lists(tmp_path):
+    local = small_run(tmp_path / "local", "algorithm.name=local")
+    assert local["neighbor_precision"] is None and local["neighbor_recall"] is None
+    assert local["data_clusters"] is None and local["data_source"] is None    # synthetic: generated
+    assert local["model"] == "logreg" and local["train_size"] == 40 and local["rounds"] == 4
+    oracle = small_run(tmp_path / "oracle", "algorithm.name=oracle")
+    for line in (tmp_path / "oracle" / "metrics.jsonl").read_text().splitlines():
+        assert json.loads(line)["neighbor_all_same_share"] == 1.0
+    small_run(tmp_path / "random", "algorithm.name=random")
+    import numpy as np
+
+    lists = np.load(tmp_path / "random" / "neighbors.npz")["final_lists"]
+    clusters = np.load(tmp_path / "random" / "neighbors.npz")["clusters"]
+    by_hand = np.mean([all(clusters[j] == clusters[i] for j in np.flatnonzero(lists[i])) for i in range(8)])
+    last = json.loads((tmp_path / "random" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["neighbor_all_same_share"] == pytest.approx(by_hand, abs=1e-12)
+    assert oracle["neighbor_precision"] == 1.0
+
+
+def test_default_checkpoints_by_the_clock_at_the_end(tmp_path):
+    assert load_config(None, []).checkpoint_every == 0
+    small_run(tmp_path / "r", "algorithm.name=local", "rounds=12")
+    assert [r for r, _ in checkpoint.candidates(tmp_path / "r")] == [12]
