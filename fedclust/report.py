@@ -1,15 +1,22 @@
 """``fedclust report RUN_DIR ...``: results tables of finished runs, laid out
 as the PANM paper's Tables 2-3: one row per label (the run's ``label``, its
-algorithm's name unless set), one column per data setting ("fmnist,
-rotation 2", "synthetic, 4 clusters", ...), each cell the mean ± sample
-standard deviation over the label's seeds in that setting.  One table per
-metric: final accuracy (with the paper's number beside ours where a paper
-reports that setting: the PANM paper's Table 2 for Fashion-MNIST with 2
+algorithm's name unless set), one column per setting, each cell the mean ±
+sample standard deviation over the label's seeds in that setting.  A setting
+is everything that changes the numbers, read from each run's config.yaml:
+data set, cluster kind and number, clients, rounds, training examples per
+client and model; runs that differ in any of these are never averaged
+together.  A column is headed by its data setting ("fmnist, rotation 2",
+"synthetic, 4 clusters") followed by what differs from the paper's setting
+("fmnist, rotation 2, 8 clients, 2 rounds").  One table per metric: final
+accuracy (with the paper's number beside ours only where the setting is
+exactly the paper's: the PANM paper's Table 2 for Fashion-MNIST with 2
 rotations, the FPFC paper's Table 1 for Synthetic with 4 clusters),
 neighbour precision and recall, ARI and models received per client (blank
 where a label has none, e.g. ``local`` and ``fedavg`` have no neighbours).
-Markdown (default), LaTeX or tidy CSV; ``--curves`` draws the accuracy per
-round, mean over seeds with a shaded band, one panel per setting."""
+The standard deviation is shown to its first significant digit at least,
+the mean to the same decimal place.  Markdown (default), LaTeX or tidy CSV;
+``--curves`` draws the accuracy per round, mean over seeds with a shaded
+band, one panel per setting."""
 
 from __future__ import annotations
 
@@ -20,12 +27,16 @@ import json
 import math
 import statistics
 import sys
+import textwrap
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
+from fedclust import figures
 from fedclust.algorithms import registry
-from fedclust.schema import DataConfig
+from fedclust.models import default_arch
+from fedclust.schema import Config, DataConfig
 
 # metric (a summary.json field) -> (title, digits shown)
 METRICS = {
@@ -41,13 +52,49 @@ METRICS = {
 }
 DEFAULT_METRICS = ("final_accuracy", "neighbor_precision", "neighbor_recall", "ari", "models_received_per_client")
 # where the numbers of ``paper_table()`` come from, for the table's caption
-PAPER_SOURCES = {("fmnist", "rotation", 2): "PANM paper Table 2 (n = 100, 3 seeds)",
-                 ("synthetic", None, 4): "FPFC paper Table 1 (m = 100)"}
+PAPER_SOURCES = {("fmnist", "rotation", 2): "PANM paper Table 2 (3 seeds)",
+                 ("synthetic", None, 4): "FPFC paper Table 1"}
 _DATA_ORDER = ("mnist", "fmnist", "cifar10", "synthetic")   # the paper's column order, then the rest
 
 
 class ReportError(Exception):
     """A run directory the report cannot use; the message names it and the fix."""
+
+
+class Setting(NamedTuple):
+    """Everything of a run that changes its numbers and that runs are grouped by; a field is None where the
+    run does not record it (no config.yaml)."""
+    data: str
+    kind: str | None          # data.clusters; None for Synthetic, whose clusters are its own
+    clusters: int
+    clients: int | None
+    rounds: int | None
+    train_size: int | None    # training examples per client
+    model: str | None         # resolved: model=auto is the data set's default architecture
+
+    @property
+    def data_setting(self) -> tuple:
+        """(data set, cluster kind, clusters): the key of the papers' tables."""
+        return self.data, self.kind, self.clusters
+
+
+# what the rest of a setting is named in a column header
+_FIELD_TEXT = {"clients": "{} clients", "rounds": "{} rounds", "train_size": "train size {}", "model": "model {}"}
+
+
+def reference(data: str) -> dict:
+    """The papers' setting beside a data set (SPEC sections 2, 3 and 7): Synthetic as the FPFC paper's
+    Table 1 (100 clients, 200 rounds, 100 training examples each, logistic regression; the shipped
+    configs/synthetic_cluster4.yaml); the image data sets as the PANM paper's Table 2 (100 clients, 100 + 200
+    rounds, 200 training images each, the data set's model: MLP, CNN for CIFAR-10)."""
+    if data == "synthetic":
+        return dict(clients=100, rounds=200, train_size=100, model="logreg")
+    return dict(clients=100, rounds=300, train_size=200, model=default_arch(data))
+
+
+def is_reference(key: Setting | None) -> bool:
+    """Whether the setting is exactly the papers' for its data set (a field not recorded never is)."""
+    return key is not None and all(getattr(key, f) == v for f, v in reference(key.data).items())
 
 
 def paper_table() -> dict[tuple, dict[str, tuple[float, float]]]:
@@ -73,9 +120,15 @@ def _order(label: str) -> tuple[float, str]:
 
 # ---------------------------------------------------------------- loading
 
+def _int(x) -> int | None:
+    return None if x is None else int(x)
+
+
 def load_run(d) -> dict:
-    """One finished run's summary.json, with ``_dir``; the data setting read from config.yaml for runs from
-    before summary.json recorded it.  Raises ReportError when the directory has no summary.json."""
+    """One finished run's summary.json, with ``_dir`` and, from its config.yaml, ``_setting`` (clients,
+    rounds, train_size, model resolved; each None where the run does not say) and ``_stage1_rounds`` (T1 of
+    a two-stage method, else None); the data setting read from config.yaml for runs from before summary.json
+    recorded it.  Raises ReportError when the directory has no summary.json or an unreadable config.yaml."""
     d = Path(d)
     p = d / "summary.json"
     if not d.is_dir():
@@ -88,11 +141,42 @@ def load_run(d) -> dict:
     except json.JSONDecodeError as exc:
         raise ReportError(f"{p}: not valid JSON ({exc})") from None
     s["_dir"] = str(d)
-    if "true_clusters" not in s and (d / "config.yaml").is_file():   # runs from before the field
-        data = (yaml.safe_load((d / "config.yaml").read_text()) or {}).get("data") or {}
+    c = d / "config.yaml"
+    if not c.is_file():   # hand-made or copied without it: only what summary.json says
+        s["_setting"] = dict(clients=_int(s.get("clients")), rounds=_int(s.get("rounds_completed")),
+                             train_size=None, model=None)
+        s["_stage1_rounds"] = None
+        return s
+    try:
+        cfg = yaml.safe_load(c.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ReportError(f"{c}: not valid YAML ({exc}); restore the run's config.yaml (the same keys as "
+                          f"the run's command gave) or move the run away") from None
+    if not isinstance(cfg, dict):
+        raise ReportError(f"{c}: not a mapping of config keys; restore the run's config.yaml or move the run "
+                          f"away")
+    data = cfg.get("data") or {}
+    if "true_clusters" not in s:   # runs from before summary.json named the data setting
         s.update(data=data.get("name", s.get("data") or DataConfig.name),
                  data_clusters=data.get("clusters", DataConfig.clusters),
                  true_clusters=data.get("num_clusters", DataConfig.num_clusters))
+
+    def whole(section: dict, key: str, default, name: str) -> int:
+        # a key missing from config.yaml (written before the key existed) had its default
+        x = section.get(key, default)
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise ReportError(f"{c}: {name} is {x!r}, not a whole number; restore the value the run used or "
+                              f"move the run away")
+        return x
+
+    model = cfg.get("model", Config.model)
+    s["_setting"] = dict(clients=whole(cfg, "clients", Config.clients, "clients"),
+                         rounds=whole(cfg, "rounds", Config.rounds, "rounds"),
+                         train_size=whole(data, "train_size", DataConfig.train_size, "data.train_size"),
+                         model=default_arch(s["data"]) if model == "auto" else str(model))
+    algorithm = (cfg.get("algorithm") or {}).get("name", s.get("algorithm"))
+    s["_stage1_rounds"] = figures.stage_one_rounds(algorithm, whole(cfg, "stage1_rounds", Config.stage1_rounds,
+                                                                    "stage1_rounds"))
     return s
 
 
@@ -115,38 +199,49 @@ def load_runs(dirs, strict: bool = False, warn=None) -> list[dict]:
     return runs
 
 
-def setting(run: dict) -> tuple | None:
-    """(data set, cluster kind, number of true clusters) of a run; the kind is None for Synthetic (whose
-    clusters are its own, data.clusters does not apply); None where the run does not say (neither
-    summary.json nor config.yaml names the data)."""
+def setting(run: dict) -> Setting | None:
+    """The run's :class:`Setting`; the kind is None for Synthetic (whose clusters are its own, data.clusters
+    does not apply); None where the run does not say which data it used (neither summary.json nor
+    config.yaml names it)."""
     if not run.get("data") or run.get("true_clusters") is None:
         return None
     kind = None if run["data"] == "synthetic" else (run.get("data_clusters") or "rotation")
-    return (run["data"], kind, int(run["true_clusters"]))
+    rest = run.get("_setting") or dict(clients=_int(run.get("clients")), rounds=_int(run.get("rounds_completed")),
+                                       train_size=None, model=None)
+    return Setting(run["data"], kind, int(run["true_clusters"]), **rest)
 
 
-def setting_text(key: tuple | None) -> str:
-    """'fmnist, rotation 2', 'cifar10, label swap 4', 'synthetic, 4 clusters'."""
+def setting_text(key: Setting | None) -> str:
+    """'fmnist, rotation 2', 'cifar10, label swap 4', 'synthetic, 4 clusters', then what differs from the
+    papers' setting: 'fmnist, rotation 2, 8 clients, 2 rounds'; fields the run does not record are named
+    ('..., train size, model not recorded')."""
     if key is None:
         return "setting unknown"
-    data, kind, k = key
-    return f"{data}, {k} clusters" if kind is None else f"{data}, {kind.replace('_', ' ')} {k}"
+    data, kind, k = key.data_setting
+    text = f"{data}, {k} clusters" if kind is None else f"{data}, {kind.replace('_', ' ')} {k}"
+    ref = reference(data)
+    differ = [_FIELD_TEXT[f].format(getattr(key, f)) for f in ref if getattr(key, f) not in (None, ref[f])]
+    unknown = [_FIELD_TEXT[f].format("").strip() for f in ref if getattr(key, f) is None]
+    return ", ".join([text] + differ + ([f"{', '.join(unknown)} not recorded"] if unknown else []))
 
 
-def _setting_order(key: tuple | None) -> tuple:
-    """Columns: the paper's data set order, then rotation before label swap, then fewer clusters first."""
+def _setting_order(key: Setting | None) -> tuple:
+    """Columns: the paper's data set order, then rotation before label swap, then fewer clusters first, then
+    the paper's own setting before others, then by clients, rounds, train size and model (unknown last)."""
     if key is None:
-        return (len(_DATA_ORDER) + 1, "", 1, "", 0)
-    data, kind, k = key
+        return (len(_DATA_ORDER) + 1, "", 1, "", 0, 1)
+    data, kind, k = key.data_setting
+    rest = tuple((getattr(key, f) is None, getattr(key, f) or 0) for f in ("clients", "rounds", "train_size"))
     return (_DATA_ORDER.index(data) if data in _DATA_ORDER else len(_DATA_ORDER), data,
-            int(kind not in (None, "rotation")), kind or "", k)
+            int(kind not in (None, "rotation")), kind or "", k, int(not is_reference(key))) + rest + (key.model or "",)
 
 
-def paper_numbers(key: tuple | None) -> dict:
-    """The paper's {algorithm: (mean, std)} for a setting ({} where no paper reports it)."""
-    if key is None:
+def paper_numbers(key: Setting | None) -> dict:
+    """The paper's {algorithm: (mean, std)} for a setting: {} where no paper reports its data setting or the
+    run's clients, rounds, train size or model are not the paper's."""
+    if not is_reference(key):
         return {}
-    data, kind, k = key
+    data, kind, k = key.data_setting
     papers = paper_table()
     return papers.get((data, kind, k)) or papers.get((data, None, k)) or {}
 
@@ -211,8 +306,18 @@ class Results:
 
 # ---------------------------------------------------------------- formats
 
+def decimals(std: float | None, digits: int) -> int:
+    """Decimal places for a mean ± std: the metric's ``digits``, more where the std needs them to show its
+    first significant digit (0.27 with 0 digits: 1 place, '0.3'), so that a non-zero spread never prints
+    as 0."""
+    if std is None or std == 0 or not math.isfinite(std):
+        return digits
+    return max(digits, -math.floor(math.log10(abs(std))))
+
+
 def _number(mean, std, digits, pm=" ± ") -> str:
-    return f"{mean:.{digits}f}" + ("" if std is None else f"{pm}{std:.{digits}f}")
+    d = decimals(std, digits)
+    return f"{mean:.{d}f}" + ("" if std is None else f"{pm}{std:.{d}f}")
 
 
 def _seeds_text(seeds: list[int], dash="–") -> str:
@@ -244,16 +349,24 @@ def _grid(res: Results, metric: str, fmt, dash="–") -> tuple[list[str], list[l
     return head, rows
 
 
+def _paper_setting_text(key: Setting) -> str:
+    ref = reference(key.data)
+    return (f"{ref['clients']} clients, {ref['rounds']} rounds, train size {ref['train_size']}, "
+            f"model {ref['model']}")
+
+
 def _caption(res: Results, metric: str) -> tuple[str, str]:
     """The metric's title and, for final accuracy, where the paper column comes from."""
-    sources = [f"{PAPER_SOURCES.get(k, 'the paper')} for {setting_text(k)}" for k in
-               (res.paper_settings() if metric == "final_accuracy" else [])]
+    sources = [f"{PAPER_SOURCES.get(k.data_setting, 'the paper')} for {setting_text(k)}: {_paper_setting_text(k)}"
+               for k in (res.paper_settings() if metric == "final_accuracy" else [])]
     return METRICS[metric][0], (f"paper: {'; '.join(sources)}" if sources else "")
 
 
 def markdown(res: Results, metrics=DEFAULT_METRICS) -> str:
     out = ["Mean ± sample standard deviation over seeds (`seeds`: runs per setting; a cell with another number "
-           "says n=...); blank: the label has no such value there."]
+           "says n=...); blank: the label has no such value there. A column header names what differs from the "
+           "paper's setting (clients, rounds, train size, model); the paper's number is shown only in the "
+           "paper's own setting."]
     for metric in metrics:
         if res.empty(metric):
             continue
@@ -319,15 +432,21 @@ def table(runs: list[dict], metrics=DEFAULT_METRICS) -> str:
 
 # ---------------------------------------------------------------- curves
 
-def read_curve(run: dict) -> dict[int, float]:
+def _warn(msg: str) -> None:
+    print(f"fedclust report: warning: {msg}", file=sys.stderr)
+
+
+def read_curve(run: dict, warn=_warn) -> dict[int, float]:
+    """round -> mean test accuracy of a run's metrics.jsonl; a line that is not a record is skipped and
+    ``warn`` names its file and line."""
     p = Path(run["_dir"]) / "metrics.jsonl"
     if not p.is_file():
         raise ReportError(f"{run['_dir']}: no metrics.jsonl for --curves")
-    recs = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    recs = figures.read_records(p, warn)
     return {x["round"]: x["accuracy"] for x in recs if x.get("accuracy") is not None}
 
 
-def mean_curves(runs: list[dict], band: str = "std") -> dict[tuple, dict[str, tuple]]:
+def mean_curves(runs: list[dict], band: str = "std", warn=_warn) -> dict[Setting, dict[str, tuple]]:
     """setting -> label -> (rounds, mean accuracy, low, high, seeds), on the rounds every run of the label
     in that setting evaluated; the band is mean ± sample std (``std``; none for one seed) or min-max."""
     res = Results(runs)
@@ -337,7 +456,7 @@ def mean_curves(runs: list[dict], band: str = "std") -> dict[tuple, dict[str, tu
             rs = res.groups.get((label, key))
             if not rs:
                 continue
-            curves_ = [read_curve(r) for r in rs]
+            curves_ = [read_curve(r, warn) for r in rs]
             rounds = sorted(set.intersection(*(set(c) for c in curves_)))
             at = [[c[t] for c in curves_] for t in rounds]
             mean = [statistics.fmean(xs) for xs in at]
@@ -350,35 +469,60 @@ def mean_curves(runs: list[dict], band: str = "std") -> dict[tuple, dict[str, tu
     return out
 
 
-def curves(runs: list[dict], path: Path, band: str = "std") -> None:
-    """One panel per setting, one line per label: mean test accuracy over its seeds per round, shaded band."""
-    import matplotlib
+def stage_lines(runs: list[dict]) -> dict[Setting, dict[int, list[str]]]:
+    """setting -> {T1: the labels of two-stage methods whose stage one ends after round T1}."""
+    res = Results(runs)
+    out: dict = {}
+    for (label, key), rs in res.groups.items():
+        for t1 in sorted({r.get("_stage1_rounds") for r in rs} - {None}):
+            out.setdefault(key, {}).setdefault(t1, []).append(label)
+    return {k: {t1: sorted(labels, key=_order) for t1, labels in v.items()} for k, v in out.items()}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    data = mean_curves(runs, band)
+def curves(runs: list[dict], path: Path, band: str = "std", warn=_warn):
+    """One panel per setting, one line per label: mean test accuracy over its seeds per round, shaded band;
+    whole-number round ticks and, for two-stage methods, a dashed line where stage two starts.  Drawn at
+    print size (one column, 3.3 in, for one panel; both columns, 6.8 in, for more).  Returns the Figure."""
+    from matplotlib import colormaps
+
+    data = mean_curves(runs, band, warn)
+    stages = stage_lines(runs)
     labels = sorted({label for per in data.values() for label in per}, key=_order)
-    colour = {label: plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")(i % 20) for i, label in enumerate(labels)}
+    cmap = colormaps["tab10" if len(labels) <= 10 else "tab20"]
+    colour = {label: cmap(i % 20) for i, label in enumerate(labels)}
     cols = min(len(data), 3)
     rows = -(-len(data) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.5 * rows), squeeze=False)
-    for ax in axes.flat[len(data):]:
-        ax.set_visible(False)
-    for ax, (key, per) in zip(axes.flat, data.items()):
-        for label, (rounds, mean, low, high, seeds) in per.items():
-            ax.plot(rounds, mean, lw=1, color=colour[label], label=f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
-            if seeds > 1:
-                ax.fill_between(rounds, low, high, color=colour[label], alpha=0.2, lw=0)
-        ax.set_title(setting_text(key))
-        ax.set_xlabel("round")
-        ax.set_ylabel("mean test accuracy (%)")
-        ax.legend(fontsize=7, ncol=2)
-    fig.suptitle("mean over seeds; shaded: " + ("min–max over seeds" if band == "minmax" else "± 1 sample std over seeds"),
-                 fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    width = figures.WIDTH if cols == 1 else figures.WIDE
+    most = max((len(per) + len(stages.get(key, {})) for key, per in data.items()), default=1)
+    height = 2.1 + 0.16 * most   # the axes and, below them, one legend line per label
+    with figures.print_style():
+        fig = figures.new_figure(width, height * rows)
+        axes = fig.subplots(rows, cols, squeeze=False)
+        for ax in axes.flat[len(data):]:
+            ax.set_visible(False)
+        for ax, (key, per) in zip(axes.flat, data.items()):
+            last = max((max(r[0], default=0) for r in per.values()), default=None)
+            for label, (rounds, mean, low, high, seeds) in per.items():
+                ax.plot(rounds, mean, lw=1, color=colour[label],
+                        label=f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
+                if seeds > 1:
+                    ax.fill_between(rounds, low, high, color=colour[label], alpha=0.2, lw=0)
+            for t1, which in stages.get(key, {}).items():
+                every = set(which) == set(per)
+                line = figures.mark_stage_two(ax, t1, last, f"stage two from round {t1 + 1}" +
+                                              ("" if every else f" ({', '.join(which)})"))
+                if line is not None and len(which) == 1 and not every:
+                    line.set_color(colour[which[0]])
+            ax.set_title("\n".join(textwrap.wrap(setting_text(key), 40 if cols == 1 else 30)))
+            ax.set_xlabel("round")
+            ax.set_ylabel("mean test accuracy (%)")
+            figures.integer_ticks(ax.xaxis)
+            # below the panel, where it covers no curve
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=1, frameon=False)
+        fig.suptitle("mean over seeds; shaded: " + ("min–max over seeds" if band == "minmax" else
+                                                     "± 1 sample std over seeds"))
+        fig.savefig(path, dpi=figures.DPI)
+    return fig
 
 
 # ---------------------------------------------------------------- command line

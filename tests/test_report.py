@@ -1,4 +1,4 @@
-"""fedclust report: rows = labels, columns = data settings, one table per metric, from run directories written
+"""fedclust report: rows = labels, columns = settings, one table per metric, from run directories written
 by hand; every number checked against means and sample stds computed here with statistics/numpy."""
 
 import csv
@@ -8,6 +8,7 @@ import statistics
 
 import numpy as np
 import pytest
+import yaml
 
 from fedclust import report
 
@@ -28,13 +29,35 @@ def summary(alg, seed, acc, label=None, setting=FMNIST2, **extra):
     return s
 
 
-def write_run(root, name, s, accs=None):
+# The papers' settings (SPEC sections 2, 3, 7; configs/synthetic_cluster4.yaml): clients, rounds, train size
+PAPER = {"synthetic": dict(clients=100, rounds=200, train_size=100), "other": dict(clients=100, rounds=300,
+                                                                                    train_size=200)}
+
+
+def config_of(s, **changes):
+    """The config.yaml of a run of summary ``s`` in the paper's setting of its data set, with ``changes``
+    (clients, rounds, train_size, model, stage1_rounds)."""
+    keys = dict(PAPER["synthetic" if s.get("data") == "synthetic" else "other"], model="auto", stage1_rounds=100)
+    keys.update(changes)
+    return {"algorithm": {"name": s["algorithm"], "k": 5, "l": 10},
+            "data": {"name": s.get("data", "fmnist"), "clusters": s.get("data_clusters", "rotation"),
+                     "num_clusters": s.get("true_clusters", 2), "train_size": keys.pop("train_size"),
+                     "test_size": 100},
+            "model": keys.pop("model"), **keys, "seed": s["seed"]}
+
+
+def write_run(root, name, s, accs=None, config=None, lines=None):
+    """A run directory: summary.json, config.yaml (``config``, else the paper's setting; False: none) and
+    metrics.jsonl (``lines`` as given, else one record per accuracy of ``accs``)."""
     d = root / name
     d.mkdir()
     (d / "summary.json").write_text(json.dumps(s))
+    if config is not False:
+        (d / "config.yaml").write_text(yaml.safe_dump(config or config_of(s), sort_keys=False))
     accs = accs or [s["final_accuracy"] - 10, s["final_accuracy"]]
-    (d / "metrics.jsonl").write_text("".join(json.dumps({"round": t + 1, "accuracy": a}) + "\n"
-                                             for t, a in enumerate(accs)))
+    if lines is None:
+        lines = [json.dumps({"round": t + 1, "accuracy": a}) for t, a in enumerate(accs)]
+    (d / "metrics.jsonl").write_text("".join(x + "\n" for x in lines))
     return str(d)
 
 
@@ -143,7 +166,8 @@ def test_a_synthetic_run_never_shows_the_fmnist_paper_number(tmp_path, capsys):
     old = tmp_path / "old"                                   # from before summary.json named the setting
     write_run(tmp_path, "old", {k: v for k, v in summary("local", 1, 82.0).items()
                                 if k not in ("data", "data_clusters", "true_clusters")})
-    (old / "config.yaml").write_text("data:\n  name: synthetic\n  num_clusters: 4\n")
+    (old / "config.yaml").write_text("data:\n  name: synthetic\n  num_clusters: 4\n  train_size: 100\n"
+                                     "clients: 100\nrounds: 200\n")        # the FPFC paper's setting
     for fmt in ("markdown", "csv", "latex"):
         rc, out, _ = run_report(capsys, dirs + [old, "--format", fmt])
         assert rc == 0 and "76.24" not in out and "84.97" in out and "fmnist" not in out
@@ -151,7 +175,7 @@ def test_a_synthetic_run_never_shows_the_fmnist_paper_number(tmp_path, capsys):
     assert md_table(out, "Final accuracy (%)")[1]["local"] == ["2", ms([80.0, 82.0]), "84.97 ± 0.06"]
     # a run that names no setting at all (no fields, no config.yaml) gets no paper number
     bare = write_run(tmp_path, "bare", {k: v for k, v in summary("local", 0, 70.0).items()
-                                        if k not in ("data", "data_clusters", "true_clusters")})
+                                        if k not in ("data", "data_clusters", "true_clusters")}, config=False)
     _, out, _ = run_report(capsys, [bare])
     assert md_table(out, "Final accuracy (%)") == (["method", "seeds", "setting unknown"],
                                                    {"local": ["1", "70.00"]})
@@ -162,7 +186,7 @@ def test_other_settings_get_no_paper_column(tmp_path, capsys):
             write_run(tmp_path, "b", summary("panm_grad", 0, 84.0, setting=dict(FMNIST2, data_clusters="label_swap")))]
     _, out, _ = run_report(capsys, dirs)
     assert md_table(out, "Final accuracy (%)")[0] == ["method", "seeds", "fmnist, rotation 4", "fmnist, label swap 2"]
-    assert "paper" not in out
+    assert "86.88" not in out and "paper:" not in out
 
 
 def test_curves_png_mean_and_band_by_hand(grid, tmp_path, capsys):
@@ -174,13 +198,15 @@ def test_curves_png_mean_and_band_by_hand(grid, tmp_path, capsys):
     assert matplotlib.image.imread(str(png)).ndim == 3
     runs = report.load_runs(grid)
     got = report.mean_curves(runs)
-    assert list(got) == [("fmnist", "rotation", 2), ("cifar10", "rotation", 4), ("synthetic", None, 4)]
-    rounds, mean, low, high, seeds = got["synthetic", None, 4]["fpfc"]
+    syn = report.Setting("synthetic", None, 4, 100, 200, 100, "logreg")
+    assert list(got) == [report.Setting("fmnist", "rotation", 2, 100, 300, 200, "mlp"),
+                         report.Setting("cifar10", "rotation", 4, 100, 300, 200, "cnn"), syn]
+    rounds, mean, low, high, seeds = got[syn]["fpfc"]
     first = [a - 20 + s for s, a in enumerate(ACC["fpfc", "s"])]
     assert rounds == [1, 2, 3] and seeds == 3
     assert mean[0] == pytest.approx(np.mean(first)) and mean[2] == pytest.approx(np.mean(ACC["fpfc", "s"]))
     assert high[0] - mean[0] == pytest.approx(np.std(first, ddof=1)) == pytest.approx(mean[0] - low[0])
-    _, _, low, high, _ = report.mean_curves(runs, band="minmax")["synthetic", None, 4]["fpfc"]
+    _, _, low, high, _ = report.mean_curves(runs, band="minmax")[syn]["fpfc"]
     assert (low[0], high[0]) == (min(first), max(first))
     assert run_report(capsys, grid + ["--curves", tmp_path / "m.png", "--band", "minmax"])[0] == 0
 
@@ -189,7 +215,7 @@ def test_mean_curves_on_the_rounds_every_seed_evaluated(tmp_path):
     runs = []
     for seed, accs in ((0, [50.0, 60.0, 70.0]), (1, [52.0, 64.0])):   # seed 1 stopped after round 2
         runs.append(report.load_run(write_run(tmp_path, f"o{seed}", summary("oracle", seed, accs[-1]), accs)))
-    rounds, mean, _, _, seeds = report.mean_curves(runs)["fmnist", "rotation", 2]["oracle"]
+    rounds, mean, _, _, seeds = report.mean_curves(runs)[("fmnist", "rotation", 2, 100, 300, 200, "mlp")]["oracle"]
     assert (rounds, mean, seeds) == ([1, 2], [51.0, 62.0], 2)
 
 
@@ -233,10 +259,133 @@ def test_load_runs_reads_the_setting_from_config_of_older_runs(tmp_path):
     s = {k: v for k, v in summary("local", 0, 70.0).items() if k not in ("data", "data_clusters", "true_clusters")}
     (d / "summary.json").write_text(json.dumps(s))
     (d / "config.yaml").write_text("data:\n  name: fmnist\n  clusters: rotation\n  num_clusters: 4\n")
-    assert report.setting(report.load_runs([d])[0]) == ("fmnist", "rotation", 4)
+    # the keys config.yaml lacks take their defaults: 100 clients, 300 rounds, 200 images, model auto = mlp
+    assert report.setting(report.load_runs([d])[0]) == ("fmnist", "rotation", 4, 100, 300, 200, "mlp")
 
 
 def test_unknown_metric_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         report.main([write_run(tmp_path, "a", summary("local", 0, 70.0)), "--metrics", "accuracy"])
     assert "unknown metric accuracy" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- like with like
+
+def test_a_small_run_never_shows_the_papers_number_and_says_how_it_differs(tmp_path, capsys):
+    s = summary("panm_grad", 0, 61.5)
+    d = write_run(tmp_path, "small", s, config=config_of(s, clients=8, rounds=2, stage1_rounds=1))
+    for fmt in ("markdown", "csv", "latex"):
+        rc, out, _ = run_report(capsys, [d, "--format", fmt])
+        assert rc == 0 and "86.88" not in out and "fmnist, rotation 2, 8 clients, 2 rounds" in out
+    _, out, _ = run_report(capsys, [d])
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head == ["method", "seeds", "fmnist, rotation 2, 8 clients, 2 rounds"]
+    assert rows["panm_grad"] == ["1", "61.50"]
+    assert "paper:" not in out
+
+
+def test_runs_of_4_and_12_rounds_are_never_averaged(tmp_path, capsys):
+    runs = []
+    for seed, (rounds, acc) in enumerate(((4, 60.0), (12, 70.0), (12, 71.0))):
+        s = summary("local", seed, acc)
+        runs.append(write_run(tmp_path, f"r{seed}", s, config=config_of(s, clients=8, rounds=rounds)))
+    rc, out, _ = run_report(capsys, runs)
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head == ["method", "seeds", "fmnist, rotation 2, 8 clients, 4 rounds",
+                    "fmnist, rotation 2, 8 clients, 12 rounds"]
+    assert rows["local"] == ["1–2", "60.00 (n=1)", ms([70.0, 71.0]) + " (n=2)"]   # not the mean 67.00 of all
+
+
+def test_train_size_and_model_split_settings_and_auto_is_the_data_sets_model(tmp_path, capsys):
+    def run(name, acc, seed, **changes):
+        s = summary("local", seed, acc, setting=SYN4)
+        return write_run(tmp_path, name, s, config=config_of(s, **changes))
+
+    dirs = [run("auto", 84.0, 0, model="auto"), run("logreg", 85.0, 1, model="logreg"),   # auto is logreg here
+            run("mlp", 90.0, 0, model="mlp"), run("small", 70.0, 0, train_size=50)]
+    rc, out, _ = run_report(capsys, dirs)
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head == ["method", "seeds", "synthetic, 4 clusters", "paper", "synthetic, 4 clusters, train size 50",
+                    "synthetic, 4 clusters, model mlp"]
+    assert rows["local"] == ["1–2", ms([84.0, 85.0]) + " (n=2)", "84.97 ± 0.06", "70.00 (n=1)", "90.00 (n=1)"]
+
+
+def test_a_run_without_config_yaml_names_what_it_does_not_record_and_gets_no_paper_number(tmp_path, capsys):
+    s = summary("local", 0, 75.0, clients=100, rounds_completed=300)
+    rc, out, _ = run_report(capsys, [write_run(tmp_path, "nocfg", s, config=False)])
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head == ["method", "seeds", "fmnist, rotation 2, train size, model not recorded"]
+    assert rows["local"] == ["1", "75.00"] and "76.24" not in out
+
+
+# ---------------------------------------------------------------- spread at its precision
+
+def test_a_non_zero_std_never_prints_as_zero(tmp_path, capsys):
+    comm = [1000.0, 1000.3, 1000.5]      # sample std 0.2517: '± 0' at the metric's 0 digits
+    accs = [85.000, 85.004, 85.008]      # sample std 0.004: '± 0.00' at 2 digits
+    dirs = [write_run(tmp_path, f"s{i}", summary("panm_grad", i, a, models_received_per_client=c))
+            for i, (a, c) in enumerate(zip(accs, comm))]
+    assert statistics.stdev(comm) == pytest.approx(0.2517, abs=1e-4)
+    assert statistics.stdev(accs) == pytest.approx(0.004)
+    _, out, _ = run_report(capsys, dirs)
+    assert md_table(out, "Models received per client (whole run)")[1]["panm_grad"][1] == "1000.3 ± 0.3"
+    assert md_table(out, "Final accuracy (%)")[1]["panm_grad"][1] == "85.004 ± 0.004"
+    assert md_table(out, "Final accuracy (%)")[1]["panm_grad"][2] == "86.88 ± 0.34"    # the paper's, 2 digits
+    # decimals: the metric's digits, or the std's first significant digit where that is further right
+    assert [report.decimals(x, d) for x, d in ((0.27, 0), (0.0049, 2), (0.096, 2), (7.07, 0), (0.0, 2), (None, 1))] \
+        == [1, 3, 2, 0, 2, 1]
+    assert report._number(12.3456, 0.0123, 1) == "12.35 ± 0.01"
+
+
+# ---------------------------------------------------------------- curves: bad lines, ticks, stage two
+
+def test_curves_skip_a_garbled_and_a_cut_line_naming_file_and_line(tmp_path, capsys):
+    lines = [json.dumps({"round": 1, "accuracy": 50.0}), "garbage}}}", json.dumps({"round": 3, "accuracy": 70.0}),
+             '{"round": 4, "accur']                                       # a job killed mid-write
+    d = write_run(tmp_path, "bad", summary("local", 0, 70.0), lines=lines)
+    png = tmp_path / "c.png"
+    rc, out, err = run_report(capsys, [d, "--curves", png])
+    metrics = tmp_path / "bad" / "metrics.jsonl"
+    assert rc == 0 and png.stat().st_size > 0 and "| local | 1 | 70.00 |" in out
+    assert f"warning: {metrics} line 2: not valid JSON" in err and f"warning: {metrics} line 4: not valid JSON" in err
+    assert "line 1:" not in err and "line 3:" not in err and "same out=" in err
+    warned = []
+    got = report.mean_curves(report.load_runs([d]), warn=warned.append)
+    rounds, mean, *_ = next(iter(got.values()))["local"]
+    assert (rounds, mean) == ([1, 3], [50.0, 70.0]) and len(warned) == 2
+
+
+def test_curves_have_whole_round_ticks_and_mark_stage_two_of_two_stage_methods(tmp_path, capsys):
+    dirs = []
+    for alg, seed, accs in (("panm_grad", 0, [50.0, 55.0, 60.0, 62.0, 63.0]), ("panm_grad", 1, [51.0, 56.0, 61.0,
+                            63.0, 64.0]), ("local", 0, [40.0, 45.0, 47.0, 48.0, 49.0])):
+        s = summary(alg, seed, accs[-1])
+        dirs.append(write_run(tmp_path, f"{alg}{seed}", s, accs, config=config_of(s, clients=8, rounds=5,
+                                                                                 stage1_rounds=2)))
+    fig = report.curves(report.load_runs(dirs), tmp_path / "c.png")
+    ax = fig.axes[0]
+    ticks = ax.get_xticks()
+    assert len(ticks) >= 2 and all(t == int(t) for t in ticks)
+    dashed = [x for x in ax.get_lines() if x.get_linestyle() == "--"]
+    # one line, halfway between round 2 (last of stage one) and round 3; only panm_grad has stages
+    assert len(dashed) == 1 and list(dashed[0].get_xdata()) == [2.5, 2.5]
+    assert dashed[0].get_label() == "stage two from round 3 (panm_grad)"
+    mean = [x for x in ax.get_lines() if x.get_label().startswith("panm_grad (2 seeds)")][0]
+    assert list(mean.get_ydata()) == [50.5, 55.5, 60.5, 62.5, 63.5]
+    # legend below the panel: it covers no curve
+    legend = ax.get_legend().get_window_extent()
+    assert legend.y1 <= ax.get_window_extent().y0
+    # a one-stage method (local) alone: no line
+    fig = report.curves(report.load_runs(dirs[2:]), tmp_path / "l.png")
+    assert not [x for x in fig.axes[0].get_lines() if x.get_linestyle() == "--"]
+
+
+def test_a_config_yaml_with_a_bad_value_is_passed_over_naming_file_and_key(tmp_path, capsys):
+    good = write_run(tmp_path, "good", summary("local", 0, 70.0))
+    s = summary("local", 1, 99.0)
+    bad = write_run(tmp_path, "bad", s, config=dict(config_of(s), rounds="many"))
+    rc, out, err = run_report(capsys, [good, bad])
+    assert rc == 0 and md_table(out, "Final accuracy (%)")[1]["local"] == ["1", "70.00", "76.24 ± 0.22"]
+    assert f"warning: {tmp_path / 'bad' / 'config.yaml'}: rounds is 'many', not a whole number" in err
+    rc, _, err = run_report(capsys, [good, bad, "--strict"])
+    assert rc == 2 and "rounds is 'many'" in err
