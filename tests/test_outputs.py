@@ -207,9 +207,36 @@ def test_undefined_is_null_and_the_share_of_all_same_cluster_lists(tmp_path):
     last = json.loads((tmp_path / "random" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["neighbor_all_same_share"] == pytest.approx(by_hand, abs=1e-12)
     assert oracle["neighbor_precision"] == 1.0
+    # The README lists every field the two files hold.
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## What a run writes"):]
+    section = section[:section.index("\n## ")]
+    fields = set(json.loads((tmp_path / "oracle" / "metrics.jsonl").read_text().splitlines()[-1])) | set(oracle)
+    assert {"num_clusters", "ari", "neighbor_all_same_share", "data_source"} <= fields
+    assert [f for f in sorted(fields) if f"`{f}`" not in section] == []
 
 
 def test_default_checkpoints_by_the_clock_at_the_end(tmp_path):
     assert load_config(None, []).checkpoint_every == 0
     small_run(tmp_path / "r", "algorithm.name=local", "rounds=12")
     assert [r for r, _ in checkpoint.candidates(tmp_path / "r")] == [12]
+
+
+def test_thread_count_changes_sums_only_to_rounding(tmp_path):
+    """The README's claim: with another number of threads the random draws (here: Random's peers, so its
+    neighbour precision and recall) are identical and the trained numbers agree to rounding."""
+    import torch
+
+    threads = torch.get_num_threads()
+    got = {}
+    for n in (1, 2):
+        torch.set_num_threads(n)
+        try:
+            small_run(tmp_path / f"t{n}", "algorithm.name=random", "model=mlp")
+        finally:
+            torch.set_num_threads(threads)
+        got[n] = records(tmp_path / f"t{n}")
+    for a, b in zip(got[1], got[2]):
+        assert (a["neighbor_precision"], a["neighbor_recall"]) == (b["neighbor_precision"], b["neighbor_recall"])
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.5)   # one test sample of 160 is 0.625
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)

@@ -108,16 +108,16 @@ def _torchrun(tmp_path, nproc, name, algorithm="random"):
     return read_metrics(tmp_path / name)
 
 
+def _without_times(records):
+    return [{k: v for k, v in r.items() if k != "round_seconds"} for r in records]
+
+
 def test_one_and_two_processes_agree(tmp_path):
-    """9 clients over 2 ranks (5 + 4): same neighbours and accuracies."""
+    """9 clients over 2 ranks (5 + 4), every process on one thread: every number identical (the README's claim)."""
     one = _torchrun(tmp_path, 1, "one")
     two = _torchrun(tmp_path, 2, "two")
     assert len(one) == len(two) == 4
-    for a, b in zip(one, two):
-        assert a["neighbor_precision"] == pytest.approx(b["neighbor_precision"], abs=1e-12)
-        assert a["neighbor_recall"] == pytest.approx(b["neighbor_recall"], abs=1e-12)
-        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01)
-        assert a["client_accuracy"] == pytest.approx(b["client_accuracy"], abs=0.01)
+    assert _without_times(one) == _without_times(two)
 
 
 @pytest.mark.parametrize("algorithm", ["panm_grad", "panm_loss"])
@@ -126,9 +126,7 @@ def test_panm_one_and_two_processes_pick_the_same_neighbours(tmp_path, algorithm
 
     one = _torchrun(tmp_path, 1, "p1", algorithm=algorithm)
     two = _torchrun(tmp_path, 2, "p2", algorithm=algorithm)
-    for a, b in zip(one, two):
-        assert a["neighbor_precision"] == pytest.approx(b["neighbor_precision"], abs=1e-12)
-        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01)
+    assert _without_times(one) == _without_times(two)
     l1, l2 = (np.load(tmp_path / d / "neighbors.npz") for d in ("p1", "p2"))
     assert l1["final_lists"].any()
     assert np.array_equal(l1["final_lists"], l2["final_lists"])
