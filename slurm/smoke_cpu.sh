@@ -20,6 +20,23 @@
 #SBATCH --requeue
 #SBATCH --open-mode=append
 #SBATCH --output=slurm-%x-%j.out
+# Your cluster's settings: delete one '#' of a line to use it ('##SBATCH' is a comment; sbatch reads
+# the '#SBATCH' lines before the first command).  Options given to sbatch win over these lines:
+#   sbatch -p PARTITION -A ACCOUNT --mem=4G slurm/smoke_cpu.sh
+##SBATCH --partition=PARTITION
+##SBATCH --account=ACCOUNT
+##SBATCH --mem=4G
+
+# The Python environment that has fedclust.  sbatch passes on the environment of the shell it is
+# run from (its default, --export=ALL), so an environment active there is active here; if it is not
+# (or your cluster sets --export=NONE), activate it here, before set -u (activation scripts read
+# unset variables), with one of:
+# module load python/3.11
+# source "$HOME/venvs/fedclust/bin/activate"
+# eval "$(conda shell.bash hook)" && conda activate fedclust
+# FEDCLUST_PYTHON names the interpreter srun starts on every task (default: python, the first on PATH
+# after the lines above); it needs no activation, e.g.
+#   FEDCLUST_PYTHON=$HOME/venvs/fedclust/bin/python sbatch slurm/smoke_cpu.sh
 set -euo pipefail
 source "${SLURM_SUBMIT_DIR:-.}/slurm/fedclust_srun.sh"
 fedclust_srun "${CONFIG:-configs/synthetic_cluster4.yaml}" \

@@ -45,6 +45,22 @@
 #SBATCH --requeue
 #SBATCH --open-mode=append
 #SBATCH --output=slurm-%x-%A_%a.out
+# Your cluster's settings: delete one '#' of a line to use it ('##SBATCH' is a comment; sbatch reads
+# the '#SBATCH' lines before the first command).  Options given to sbatch win over these lines:
+#   sbatch -p PARTITION -A ACCOUNT --mem=32G slurm/sweep_agents.sh
+##SBATCH --partition=PARTITION
+##SBATCH --account=ACCOUNT
+##SBATCH --mem=32G
+
+# The Python environment that has fedclust.  sbatch passes on the environment of the shell it is
+# run from (its default, --export=ALL), so an environment active there is active here; if it is not
+# (or your cluster sets --export=NONE), activate it here, before set -u (activation scripts read
+# unset variables), with one of:
+# module load python/3.11
+# source "$HOME/venvs/fedclust/bin/activate"
+# eval "$(conda shell.bash hook)" && conda activate fedclust
+# FEDCLUST_PYTHON is not read here: the sweep's command starts its own interpreter (python, the first
+# on PATH after the lines above), and wandb is the first on PATH unless FEDCLUST_WANDB names one.
 set -euo pipefail
 sweep=${1:-}
 if [[ -z "$sweep" || "$sweep" == -* ]]; then
