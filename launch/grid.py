@@ -28,13 +28,44 @@ class Point:
         return (self.out / "summary.json").is_file()
 
 
+def split_values(spec: str, values: str) -> list[str]:
+    """``V1,V2,...`` split at the commas outside brackets and quotes, so that
+    a YAML flow list or mapping (``[a,b]``, ``{x: 1}``) or a quoted string
+    stays one value: ``[a,b],[c]`` -> ``["[a,b]", "[c]"]``."""
+    items, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(values):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"" and not values[start:i].strip():   # a quote opens a value, as in YAML
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth < 0:
+                raise FedclustError(f"--grid {spec!r}: {ch!r} closes no bracket; a list value is written "
+                                    "KEY=[a,b] and several of them KEY=[a,b],[c]")
+        elif ch == "," and depth == 0:
+            items.append(values[start:i].strip())
+            start = i + 1
+    if quote:
+        raise FedclustError(f"--grid {spec!r}: the quote {quote} is not closed; a quoted value is one value "
+                            f"(KEY={quote}a,b{quote},c: two values)")
+    if depth:
+        raise FedclustError(f"--grid {spec!r}: a bracket is not closed; a list value is written KEY=[a,b] and "
+                            "several of them KEY=[a,b],[c] (quote the whole option for the shell: "
+                            "--grid 'KEY=[a,b],[c]')")
+    return items + [values[start:].strip()]
+
+
 def parse_axes(specs: list[str]) -> list[tuple[str, list[str]]]:
-    """``["seed=0,1", "algorithm.name=a,b"]`` -> ``[("seed", ["0", "1"]), ...]``."""
+    """``["seed=0,1", "algorithm.name=a,b"]`` -> ``[("seed", ["0", "1"]), ...]``;
+    a bracketed value is one value (``wandb.tags=[a,b],[c]``: two)."""
     axes: list[tuple[str, list[str]]] = []
     for spec in specs:
         key, sep, values = spec.partition("=")
         key = key.strip()
-        items = [v.strip() for v in values.split(",")]
+        items = split_values(spec, values)
         if not sep or not key or not all(items):
             raise FedclustError(f"--grid {spec!r}: write each axis as KEY=V1,V2,... (e.g. seed=0,1,2), with no empty value")
         if key in {k for k, _ in axes}:
@@ -59,8 +90,16 @@ def dir_name(values: tuple[tuple[str, str], ...]) -> str:
 def expand(axes: list[tuple[str, list[str]]], root: str | Path) -> list[Point]:
     """Every combination of the axes' values (the last axis varies fastest)."""
     keys = [k for k, _ in axes]
-    points = []
+    points: list[Point] = []
+    seen: dict[Path, Point] = {}
     for combo in itertools.product(*[vals for _, vals in axes]):
         values = tuple(zip(keys, combo))
-        points.append(Point(values, Path(root) / dir_name(values)))
+        point = Point(values, Path(root) / dir_name(values))
+        if point.out in seen:   # two runs in one directory: the second would resume or refuse the first
+            raise FedclustError(f"--grid: points {' '.join(seen[point.out].overrides)} and "
+                                f"{' '.join(point.overrides)} both get the run directory {point.out.name} "
+                                "(characters other than letters, digits and ._=+- become _ in a directory "
+                                "name); give values that differ in those characters")
+        seen[point.out] = point
+        points.append(point)
     return points
