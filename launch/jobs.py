@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -51,6 +52,48 @@ class RunPoint:
         return self.out
 
 
+TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (as sbatch --time; e.g. 90, 2:00:00, 1-12)"
+
+
+def parse_time(text: str) -> int:
+    """A time limit as sbatch's ``--time`` takes it, in whole minutes (what
+    submitit asks for): ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``,
+    ``D-HH:MM``, ``D-HH:MM:SS``.  Seconds round up to the next minute, as
+    Slurm rounds them.  Minutes and seconds after a colon must be below 60,
+    hours after a day below 24 (Slurm would add ``1:75`` up to 2:15; here it
+    is taken for a typo); the first number is not bounded (``48:00:00``)."""
+    value = str(text).strip()
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)((?::\d+){0,2})", value)
+    if m is None:
+        raise FedclustError(f"--time {text!r}: not a time limit; write {TIME_FORMS}")
+    days, first, rest = m.group(1), int(m.group(2)), [int(x) for x in m.group(3).split(":")[1:]]
+    if days is not None:   # D-HH[:MM[:SS]]
+        hours, minutes, seconds = first, *(rest + [0, 0])[:2]
+        bounded = [("hours", hours, 24)] + [(n, v, 60) for n, v in zip(("minutes", "seconds"), rest)]
+        total = ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    elif len(rest) == 2:   # HH:MM:SS
+        total = (first * 60 + rest[0]) * 60 + rest[1]
+        bounded = [("minutes", rest[0], 60), ("seconds", rest[1], 60)]
+    else:   # MM[:SS]
+        total = first * 60 + (rest[0] if rest else 0)
+        bounded = [("seconds", rest[0], 60)] if rest else []
+    for name, v, limit in bounded:
+        if v >= limit:
+            raise FedclustError(f"--time {text!r}: {name} must be 0-{limit - 1} there, got {v}; write {TIME_FORMS}")
+    if total == 0:
+        raise FedclustError(f"--time {text!r}: must be at least 1 minute (a run needs a time limit to checkpoint "
+                            f"before it; sbatch's 0, no limit, is not taken); write {TIME_FORMS}")
+    return -(-total // 60)
+
+
+def format_time(minutes: int) -> str:
+    """Minutes as sbatch and squeue write a time limit: ``HH:MM:SS``, or
+    ``D-HH:MM:SS`` from a day on."""
+    days, rest = divmod(int(minutes), 24 * 60)
+    text = f"{rest // 60:02d}:{rest % 60:02d}:00"
+    return f"{days}-{text}" if days else text
+
+
 @dataclass
 class Resources:
     """What each run of a grid asks of Slurm.  ``gpus`` > 0 gives one task per
@@ -71,10 +114,39 @@ class Resources:
     def tasks_per_node(self) -> int:
         return self.gpus if self.gpus > 0 else self.tasks
 
+    def describe(self, jobs: int) -> list[str]:
+        """What each of ``jobs`` array jobs asks Slurm for, one line a resource,
+        as :func:`slurm_executor` asks for it."""
+        def unset(option: str) -> str:
+            return f"(not set: the cluster's default; {option} to choose)"
+
+        if self.gpus > 0:
+            gpus = f"{self.gpus} per node (--gres=gpu:{self.gpus}), one task each"
+            tasks = f"{self.tasks_per_node()} (one per GPU)"
+        else:
+            gpus = "0: CPU tasks only, no GPU; --gpus N asks for N GPUs per node, one task each"
+            tasks = f"{self.tasks_per_node()} (CPU tasks, --tasks)"
+        rows = [("partition", self.partition or unset("--partition")),
+                ("account", self.account or unset("--account")),
+                ("qos", self.qos or unset("--qos")),
+                ("nodes", str(self.nodes)),
+                ("tasks per node", tasks),
+                ("gpus", gpus),
+                ("cpus per task", str(self.cpus_per_task)),
+                ("mem", f"{self.mem} per node" if self.mem else unset("--mem")),
+                ("time", f"{format_time(self.time_min)} ({self.time_min} min)"),
+                ("signal", f"USR1 {self.signal_seconds} s before the time limit: checkpoint, requeue, resume"),
+                ("array size", f"{jobs} job{'s' if jobs != 1 else ''}, at most {min(self.parallel, jobs)} "
+                               "running at once (--parallel)")]
+        return [f"  {name + ':':<15} {value}" for name, value in rows]
+
     def check(self) -> None:
-        for name in ("tasks", "cpus_per_task", "nodes", "time_min", "parallel"):
+        for name in ("tasks", "cpus_per_task", "nodes", "parallel"):
             if getattr(self, name) < 1:
                 raise FedclustError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if self.time_min < 1:
+            raise FedclustError(f"--time: {self.time_min} minutes: must be at least 1 minute (a run needs a time "
+                                f"limit to checkpoint before it); write it as {TIME_FORMS}")
         if self.gpus < 0:
             raise FedclustError(f"--gpus {self.gpus}: must be 0 (CPU) or more")
         if not 0 < self.signal_seconds < self.time_min * 60:

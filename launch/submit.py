@@ -1,19 +1,29 @@
 """Submit a grid of fedclust runs: one run per grid point, as one Slurm job
-array through submitit, or on this machine in sequence (``--local``).
+array through submitit, or on this machine in sequence (--local).
 
-    python -m launch.submit configs/cifar_rotation4.yaml --grid seed=0,1,2 \\
-        algorithm.name=panm_loss,panm_grad --partition P --gpus 4 --time 120
-    python -m launch.submit configs/fmnist_rotation2.yaml rounds=50 --grid seed=0,1 --local
+examples:
+  # 2 seeds x 2 algorithms on this machine, one run after another (about a minute on a CPU)
+  python -m launch.submit configs/synthetic_cluster4.yaml rounds=20 stage1_rounds=10 --local \\
+      --grid seed=0,1 algorithm.name=panm_grad,fedavg
+  # 3 seeds x 2 algorithms on Slurm: 6 jobs of one GPU each, 4 hours, in partition gpu
+  python -m launch.submit configs/cifar_rotation4.yaml --grid seed=0,1,2 \\
+      algorithm.name=panm_loss,panm_grad --gpus 1 --time 4:00:00 --partition gpu
+  # what would be submitted, and what each job would ask Slurm for; submits nothing
+  python -m launch.submit configs/cifar_rotation4.yaml --grid seed=0,1,2 --gpus 4 --time 1-00:00:00 --dry-run
 
-From Python: ``submit_grid("configs/x.yaml", ["seed=0,1"], resources=Resources(gpus=1))``.
+--gpus is 0 unless given: each Slurm job then gets --tasks CPU tasks and no
+GPU, and the runs train on CPU.  A list value is one value of an axis:
+--grid 'wandb.tags=[a,b],[c]' is two runs.
 
-Each point runs into ``OUT/<key=value,...>`` (OUT: ``--out``, default
-``runs/<config name>-grid``).  Submitting the same grid again skips the runs
-that finished (their ``summary.json`` exists) and those whose job is still
+Each point runs into OUT/<key=value,...> (OUT: --out, default
+runs/<config name>-grid).  Submitting the same grid again skips the runs
+that finished (their summary.json exists) and those whose job is still
 queued or running; an unfinished run is submitted again and resumes from its
-newest checkpoint.  On Slurm, each task gets USR1 ``--signal-seconds`` before
+newest checkpoint.  On Slurm, each task gets USR1 --signal-seconds before
 its time limit, checkpoints, requeues itself and resumes.  Every point's
 config is checked before anything is submitted.
+
+From Python: submit_grid("configs/x.yaml", ["seed=0,1"], resources=Resources(gpus=1)).
 """
 
 from __future__ import annotations
@@ -25,18 +35,26 @@ from pathlib import Path
 from fedclust.errors import FedclustError
 
 from launch.grid import Point, expand, parse_axes
-from launch.jobs import ACTIVE_STATES, Ledger, Resources, job_state, run_local, submit_slurm, wait_for
+from launch.jobs import (ACTIVE_STATES, TIME_FORMS, Ledger, Resources, format_time, job_state, parse_time,
+                         run_local, submit_slurm, wait_for)
 
 
-def check_points(config: str | None, fixed: list[str], points: list[Point]) -> None:
+def check_points(config: str | None, fixed: list[str], points: list[Point], slurm_gpus: int | None = None) -> None:
     """Every point's config loads, validates and may use its directory
-    (fedclust's own checks: a directory holding another run is refused)."""
+    (fedclust's own checks: a directory holding another run is refused).
+    ``slurm_gpus``: the GPUs each Slurm job asks for (None: not on Slurm);
+    0 refuses ``device=cuda``, which would fail on a node given no GPU."""
     from fedclust.config import load_config
     from fedclust.runner import prepare
 
     for p in points:
         try:
-            prepare(load_config(config, [*fixed, *p.overrides, f"out={p.out}"]))
+            cfg = load_config(config, [*fixed, *p.overrides, f"out={p.out}"])
+            if slurm_gpus == 0 and cfg.device == "cuda":
+                raise FedclustError("device=cuda, but --gpus is 0, so each Slurm job asks for no GPU and the run "
+                                    "would fail on its node; add --gpus N (N GPUs per node, one task each), or "
+                                    "set device=cpu or device=auto")
+            prepare(cfg)
         except FedclustError as exc:
             raise FedclustError(f"grid point {p.out.name}: {exc}") from None
 
@@ -82,7 +100,7 @@ def submit_points(config: str | None, points: list[Point], root: Path, overrides
         if o.startswith("out="):
             raise FedclustError(f"{o}: each grid point's run directory is named by the grid; set the grid's folder with --out")
     root = Path(root)
-    check_points(config, fixed, points)
+    check_points(config, fixed, points, None if local else res.gpus)
     ledger = Ledger(root)
     todo, skipped = plan(points, ledger)
     for p, why in skipped:
@@ -90,6 +108,17 @@ def submit_points(config: str | None, points: list[Point], root: Path, overrides
     if dry_run:
         for p in todo:
             echo(f"would run {p.out}  ({' '.join(p.overrides)})")
+    if todo and local:
+        n = max(1, res.gpus or res.tasks)
+        echo(f"on this machine, one run after another, {n} process{'es' if n > 1 else ''} each "
+             "(--gpus, or --tasks when --gpus is 0); no Slurm job")
+    elif todo:
+        echo(f"each Slurm job {'would ask' if dry_run else 'asks'} for:")
+        for line in res.describe(len(todo)):
+            echo(line)
+    if dry_run:
+        if not todo:
+            echo(f"nothing would be submitted: all {len(points)} runs are finished or queued")
         return points
     failed: list[tuple[Point, str]] = []
     if not todo:
@@ -116,6 +145,29 @@ def submit_points(config: str | None, points: list[Point], root: Path, overrides
     return points
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description's and epilog's own line breaks, and each option's
+    default at the end of its help: ``(default: off)`` for a flag, the value
+    otherwise; an option whose default is no value says in its help what
+    happens without it, and a required one has none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.required or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if action.nargs == 0:
+            return f"{text} (default: {'on' if action.default else 'off'})"
+        return f"{text} (default: %(default)s)"
+
+
+def time_option(text: str) -> int:
+    """``--time`` for argparse: sbatch's forms, in minutes."""
+    try:
+        return parse_time(text)
+    except FedclustError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--time ")) from None
+
+
 def add_launch_args(ap: argparse.ArgumentParser, what: str) -> None:
     """The options ``launch.submit`` and ``launch.sweep`` share: where the
     runs go (``--local``, ``--wait``, ``--dry-run``) and the Slurm resources
@@ -123,18 +175,25 @@ def add_launch_args(ap: argparse.ArgumentParser, what: str) -> None:
     :func:`resources_from_args`)."""
     ap.add_argument("--local", action="store_true", help=f"run the {what} on this machine, one run after another")
     ap.add_argument("--wait", action="store_true", help="wait for the Slurm jobs and print the results table")
-    ap.add_argument("--dry-run", action="store_true", help="print what would run, submit nothing")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the run directories and what each Slurm job would ask for; submit nothing")
     r = Resources()
+    cluster = "(default: none, the cluster's default)"
     g = ap.add_argument_group("resources (Slurm; --gpus/--tasks also set the processes of --local runs)")
-    g.add_argument("--partition", help="Slurm partition")
-    g.add_argument("--account", help="Slurm account")
-    g.add_argument("--qos", help="Slurm QOS")
-    g.add_argument("--gpus", type=int, default=r.gpus, help="GPUs per node, one task (process) each; 0: CPU tasks")
-    g.add_argument("--tasks", type=int, default=r.tasks, help="CPU tasks (processes) per node when --gpus 0")
-    g.add_argument("--cpus-per-task", type=int, default=r.cpus_per_task)
-    g.add_argument("--nodes", type=int, default=r.nodes)
-    g.add_argument("--mem", help="Slurm --mem per node, e.g. 64G")
-    g.add_argument("--time", type=int, default=r.time_min, help="time limit of each job, minutes")
+    g.add_argument("--partition", help=f"Slurm partition {cluster}")
+    g.add_argument("--account", help=f"Slurm account {cluster}")
+    g.add_argument("--qos", help=f"Slurm QOS {cluster}")
+    g.add_argument("--gpus", type=int, default=r.gpus,
+                   help=f"GPUs per node (--gres=gpu:N), one task (process) each (default: {r.gpus}: no GPU, the "
+                   "runs train on --tasks CPU tasks; give --gpus N for a GPU run)")
+    g.add_argument("--tasks", type=int, default=r.tasks, help="CPU tasks (processes) per node when --gpus is 0")
+    g.add_argument("--cpus-per-task", type=int, default=r.cpus_per_task,
+                   help="CPUs of each task (OMP_NUM_THREADS of each process)")
+    g.add_argument("--nodes", type=int, default=r.nodes, help="nodes of each run")
+    g.add_argument("--mem", help=f"Slurm --mem per node, e.g. 64G {cluster}")
+    g.add_argument("--time", type=time_option, default=r.time_min, metavar="TIME",
+                   help=f"time limit of each job: {TIME_FORMS}; seconds round up to a minute "
+                   f"(default: {format_time(r.time_min)}, {r.time_min} minutes)")
     g.add_argument("--signal-seconds", type=int, default=r.signal_seconds,
                    help="USR1 this many seconds before the limit: checkpoint, requeue, resume")
     g.add_argument("--parallel", type=int, default=r.parallel, help="array tasks running at once")
@@ -149,12 +208,13 @@ def resources_from_args(args: argparse.Namespace) -> Resources:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m launch.submit", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=HelpFormatter)
     ap.add_argument("config", help="YAML config, e.g. configs/cifar_rotation4.yaml")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for every run")
     ap.add_argument("--grid", nargs="+", required=True, metavar="KEY=V1,V2",
-                    help="the grid's axes; every combination is one run")
-    ap.add_argument("--out", help="folder of the grid's run directories (default runs/<config name>-grid)")
+                    help="the grid's axes; every combination is one run; a bracketed list is one value "
+                    "('wandb.tags=[a,b],[c]': two values)")
+    ap.add_argument("--out", help="folder of the grid's run directories (default: runs/<config name>-grid)")
     add_launch_args(ap, "grid")
     return ap
 

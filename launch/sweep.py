@@ -4,9 +4,16 @@ no internet.  The sweep's points are expanded here, run through
 this machine in turn with ``--local``) with ``WANDB_MODE=offline``, and
 uploaded afterwards with ``wandb sync``.
 
-    python -m launch.sweep configs/sweeps/fmnist_table2.yaml --gpus 1 --time 120 --partition P
-    python -m launch.sweep configs/sweeps/cifar_panm_k_l.yaml --local --dry-run
-    python -m launch.sweep configs/sweeps/my_random.yaml --count 20 --seed 0 --gpus 1
+examples:
+  # what would run, on this machine, and where; runs nothing
+  python -m launch.sweep configs/sweeps/cifar_panm_k_l.yaml --local --dry-run
+  # the 36 runs of the PANM paper's Table 2 on Slurm: one GPU and 2 hours each, in partition gpu
+  python -m launch.sweep configs/sweeps/fmnist_table2.yaml --gpus 1 --time 2:00:00 --partition gpu
+  # 20 points drawn from a sweep file of yours with method: random
+  python -m launch.sweep my_random_sweep.yaml --count 20 --seed 0 --gpus 1
+
+--gpus is 0 unless given: each Slurm job then gets --tasks CPU tasks and no
+GPU, and the runs train on CPU; --dry-run shows what each job asks for.
 
 What is read from the sweep file (the format of ``wandb sweep FILE``):
 
@@ -56,7 +63,7 @@ import yaml
 from fedclust.errors import FedclustError
 
 from launch.grid import Point, dir_name
-from launch.submit import add_launch_args, launched, resources_from_args, submit_points
+from launch.submit import HelpFormatter, add_launch_args, launched, resources_from_args, submit_points
 
 # The top-level keys of a W&B sweep file (W&B refuses others).
 SWEEP_KEYS = {"program", "command", "method", "metric", "parameters", "name", "description", "project", "entity",
@@ -356,13 +363,12 @@ def run_sweep(path: str | Path, out: str | None = None, count: int | None = None
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m launch.sweep", description=__doc__.split("\n\n")[0],
-                                 epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=HelpFormatter)
     ap.add_argument("sweep", help="W&B sweep file, e.g. configs/sweeps/fmnist_table2.yaml")
-    ap.add_argument("--count", type=int, help="points to draw (method random; default the file's run_cap); "
-                    "grid: run the first N points")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the random draws (method random)")
-    ap.add_argument("--out", help="folder of the run directories (default runs/sweeps/<sweep file name>)")
+    ap.add_argument("--count", type=int, help="points to draw (method random; default: the file's run_cap); "
+                    "grid: run the first N points (default: all)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of method random's draws")
+    ap.add_argument("--out", help="folder of the run directories (default: runs/sweeps/<sweep file name>)")
     add_launch_args(ap, "points")
     return ap
 

@@ -270,6 +270,30 @@ def test_both_launchers_share_the_resource_options():
     b = sweep.build_parser().parse_args(["s.yaml", *argv])
     assert submit.resources_from_args(a) == sweep.resources_from_args(b) == submit.Resources(
         partition="p", gpus=2, time_min=30, mem="8G", signal_seconds=60)
+    b = sweep.build_parser().parse_args(["s.yaml", "--time", "1-02:30:00"])
+    assert sweep.resources_from_args(b).time_min == (24 + 2) * 60 + 30
+
+
+def test_sweep_dry_run_shows_what_each_slurm_job_asks_for(tmp_path):
+    path = sweep_file(tmp_path, {"seed": {"values": [0, 1, 2]}, "algorithm.name": {"value": "local"}}, method="grid")
+    lines: list[str] = []
+    sweep.run_sweep(path, out=str(tmp_path / "runs"), dry_run=True, echo=lines.append,
+                    resources=submit.Resources(time_min=90, cpus_per_task=4))
+    assert lines[-11:] == [
+        "  partition:      (not set: the cluster's default; --partition to choose)",
+        "  account:        (not set: the cluster's default; --account to choose)",
+        "  qos:            (not set: the cluster's default; --qos to choose)",
+        "  nodes:          1",
+        "  tasks per node: 1 (CPU tasks, --tasks)",
+        "  gpus:           0: CPU tasks only, no GPU; --gpus N asks for N GPUs per node, one task each",
+        "  cpus per task:  4",
+        "  mem:            (not set: the cluster's default; --mem to choose)",
+        "  time:           01:30:00 (90 min)",
+        "  signal:         USR1 180 s before the time limit: checkpoint, requeue, resume",
+        "  array size:     3 jobs, at most 3 running at once (--parallel)",
+    ]
+    assert lines[-12] == "each Slurm job would ask for:"
+    assert not (tmp_path / "runs").exists()
 
 
 def run_sweep_cli(*args, cwd=ROOT):
