@@ -2,10 +2,12 @@
 algorithms declare (registered by :mod:`fedclust.algorithms.registry`),
 YAML merging with dotted overrides, and the checks of the core keys.
 
-Every error names the field, the bad value and the fix; an unknown key names
-the closest valid one.  This module imports nothing of fedclust but errors:
-algorithms add their sections to it (:func:`register_section`), and
-:mod:`fedclust.config` loads and validates a whole config.
+Every field carries its one-line meaning (:func:`option`), which
+``fedclust check --keys`` prints beside its default.  Every error names the
+field, the bad value and the fix; an unknown key names the closest valid one.
+This module imports nothing of fedclust but errors: algorithms add their
+sections to it (:func:`register_section`), and :mod:`fedclust.config` loads
+and validates a whole config.
 """
 
 from __future__ import annotations
@@ -22,38 +24,54 @@ import yaml
 from fedclust.errors import ConfigError
 
 
+def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
+    """A config field with its default (or ``factory`` for a list) and its
+    one-line meaning, the text ``fedclust check --keys`` prints."""
+    if not help:
+        raise ValueError("every config key needs a one-line meaning (help=...)")
+    return field(default=default, default_factory=factory, metadata={"help": help})
+
+
+# Seeds key counter-based draws by their low 32 bits (fedclust.rng hashes seed * an odd constant mod 2**32),
+# so a larger seed would repeat the draws of a smaller one.
+SEED_LIMIT = 2**32
+
+
 @dataclass
 class AlgorithmConfig:
-    name: str = "local"
-    k: int = 5             # neighbours averaged with per round
-    l: int = 10            # candidates drawn per round
-    tau: int = 1           # HNM runs every tau rounds
-    alpha: float = 0.5     # PANMGrad weight of the update cosine
+    name: str = option("local", "the algorithm, by name (listed below; docs/algorithms.md; plugins add more)")
+    k: int = option(5, "neighbours a peer-to-peer client averages with per round")
+    l: int = option(10, "candidates drawn per round (PANM, PENS); at least k")
+    tau: int = option(1, "PANM's HNM updates the neighbour list every tau rounds of stage two")
+    alpha: float = option(0.5, "PANMGrad's weight of the update cosine in CNI's similarity, in [0, 1]")
 
 
 @dataclass
 class DataConfig:
-    name: str = "fmnist"            # mnist | fmnist | cifar10 | synthetic
-    root: str = "data"              # folder of the data sets
-    clusters: str = "rotation"      # rotation | label_swap
-    num_clusters: int = 2           # 2 or 4
-    train_size: int = 200           # training images per client
-    test_size: int = 100            # test images per client
-    share_images: bool = False      # allow one image on several clients
-    download: bool = True           # torchvision download when missing
-    synthetic_alpha: float = 1.0    # Synthetic(alpha, beta) of FedProx
-    synthetic_beta: float = 1.0
-    synthetic_dim: int = 60
-    synthetic_inputs: str = "client"  # client: x around each client's own mean v_i (FedProx) | shared: all around v_0
+    name: str = option("fmnist", "data set: mnist, fmnist, cifar10 or synthetic")
+    root: str = option("data", "folder of the data sets (torchvision layout, or the four Fashion-MNIST IDX files)")
+    clusters: str = option("rotation", "what sets image clusters apart: rotation or label_swap (synthetic: each "
+                                       "cluster's own (W, b))")
+    num_clusters: int = option(2, "latent clusters: 2 or 4 (rotation, label_swap); any >= 1 for synthetic")
+    train_size: int = option(200, "training samples per client (class-balanced)")
+    test_size: int = option(100, "test samples per client")
+    share_images: bool = option(False, "allow one image on several clients (runs of thousands of clients)")
+    download: bool = option(True, "let torchvision download a missing data set")
+    synthetic_alpha: float = option(1.0, "Synthetic(alpha, beta) of FedProx: alpha >= 0, std of each cluster's "
+                                         "model mean u_k")
+    synthetic_beta: float = option(1.0, "Synthetic(alpha, beta): beta >= 0, std of each client's input mean B_i")
+    synthetic_dim: int = option(60, "Synthetic: input dimension")
+    synthetic_inputs: str = option("client", "Synthetic inputs: client (around each client's own mean, FedProx) "
+                                             "or shared (all around one mean)")
 
 
 @dataclass
 class TrainConfig:
-    lr: float = 0.08
-    lr_decay: float = 0.99          # lr of round t is lr * lr_decay**(t-1)
-    momentum: float = 0.9
-    batch_size: int = 128
-    local_epochs: int = 3
+    lr: float = option(0.08, "SGD learning rate of round 1, > 0")
+    lr_decay: float = option(0.99, "lr of round t is lr * lr_decay^(t-1); in (0, 1]")
+    momentum: float = option(0.9, "SGD momentum in [0, 1), buffer reset every round")
+    batch_size: int = option(128, "local minibatch size")
+    local_epochs: int = option(3, "local epochs over the client's training set per round")
 
 
 @dataclass
@@ -61,13 +79,13 @@ class WandbConfig:
     """Weights & Biases tracking (rank 0).  An empty value is not passed to
     W&B, so the WANDB_* environment (WANDB_MODE, WANDB_PROJECT, ...) decides."""
 
-    enabled: bool = False
-    project: str = ""               # "" -> WANDB_PROJECT, else "fedclust"
-    entity: str = ""
-    mode: str = ""                  # online | offline | disabled; "" -> WANDB_MODE, else online
-    group: str = ""
-    name: str = ""                  # "" -> WANDB_NAME, else the run directory's name
-    tags: list = field(default_factory=list)
+    enabled: bool = option(False, "track the run in Weights & Biases (rank 0)")
+    project: str = option("", "W&B project; empty: WANDB_PROJECT, else fedclust")
+    entity: str = option("", "W&B entity (user or team); empty: WANDB_ENTITY or your default")
+    mode: str = option("", "online, offline (no account, no network) or disabled; empty: WANDB_MODE, else online")
+    group: str = option("", "W&B run group; empty: WANDB_RUN_GROUP")
+    name: str = option("", "W&B run name; empty: WANDB_NAME, else the run directory's name")
+    tags: list = option(help="W&B tags, each 1-64 characters, e.g. [panm,cifar]", factory=list)
 
 
 # Sections declared by algorithms: name -> dataclass (fedclust.algorithms.registry fills it).
@@ -102,23 +120,30 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
-    participation: float = 1.0      # share of clients taking part each round (centralized methods)
-    model: str = "auto"             # auto (logreg for synthetic, cnn for cifar10, mlp otherwise) | logreg | mlp | cnn
-    clients: int = 100
-    rounds: int = 300               # total rounds (stage one + stage two)
-    stage1_rounds: int = 100
-    seed: int = 0
-    out: str = ""                   # run directory; empty: runs/<algorithm>-<data>-s<seed>-<time>
-    label: str = ""                 # the run's name in reports and W&B; empty: algorithm.name
-    device: str = "auto"            # auto | cpu | cuda
-    eval_every: int = 1             # evaluate every this many rounds (and the last)
-    progress: bool = True           # progress bar on rank 0
-    figures: bool = True            # write PNG figures into the run directory at the end
-    plugins: list = field(default_factory=list)  # modules or .py files that register more algorithms
-    checkpoint_every: int = 0       # rounds between checkpoints; 0: by the clock (5 min or 50x a checkpoint's cost); always at the end and on a signal
-    resume: str = "auto"            # auto: continue from out's newest checkpoint if any | never | require
-    overwrite: bool = False         # true: a run in out that this config cannot continue is replaced, not refused
-    collective_timeout: float = 600.0  # seconds a collective may wait for the other ranks before the run stops
+    participation: float = option(1.0, "share of clients taking part each round (centralized methods), in (0, 1]")
+    model: str = option("auto", "logreg, mlp (784-200-200-10) or cnn (CIFAR-10); auto: logreg for synthetic, cnn "
+                                "for cifar10, mlp otherwise")
+    clients: int = option(100, "number of clients n, at least 2")
+    rounds: int = option(300, "total rounds (stage one + stage two)")
+    stage1_rounds: int = option(100, "rounds of stage one, T1 (PANM, PENS: 1 <= T1 <= rounds)")
+    seed: int = option(0, "seed of every draw (data split, init, candidates, batches), 0 <= seed < 2^32")
+    out: str = option("", "run directory; empty: runs/<algorithm>-<data>-s<seed>-<time>; a run there is continued "
+                          "from its newest checkpoint")
+    label: str = option("", "the run's name in fedclust report tables and W&B; empty: algorithm.name")
+    device: str = option("auto", "auto (cuda if visible, else cpu), cpu or cuda")
+    eval_every: int = option(1, "evaluate every this many rounds (and the last)")
+    progress: bool = option(True, "progress on rank 0: a bar on a terminal, else a line every 10 rounds or 60 s")
+    figures: bool = option(True, "write PNG figures into the run directory at the end")
+    plugins: list = option(help="modules or .py files imported first; they register more algorithms",
+                           factory=list)
+    checkpoint_every: int = option(0, "rounds between checkpoints; 0: by the clock (5 min or 50x a checkpoint's "
+                                      "cost); always at the end and on SIGUSR1/SIGTERM")
+    resume: str = option("auto", "auto: continue from out's newest checkpoint if any; never: refuse a directory "
+                                 "holding a run; require: error without a checkpoint")
+    overwrite: bool = option(False, "true: a run in out that this config cannot continue is replaced, not "
+                                    "refused (a checkpoint of this same config is still resumed)")
+    collective_timeout: float = option(600.0, "seconds a rank waits for the others in a collective before the "
+                                              "run stops")
     # sections of the registered algorithms (pens, panm, fedprox, ...), reached as cfg.<name>
     sections: dict = field(default_factory=_default_sections, repr=False)
 
@@ -160,13 +185,60 @@ def valid_keys() -> list[str]:
     return keys
 
 
+def _format_default(value: Any) -> str:
+    """A default as it would be written on the command line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ",".join(map(str, value)) + "]"
+    if value == "":
+        return '""'
+    return str(value)
+
+
+def _described(cls, prefix: str = "") -> list[tuple[str, str, str]]:
+    rows = []
+    types = _field_types(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in types:
+            continue
+        path = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(types[f.name]):
+            rows += _described(types[f.name], path + ".")
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        rows.append((path, _format_default(default), str(f.metadata.get("help", "")).strip()))
+    return rows
+
+
+def describe_keys() -> list[tuple[str, str, str]]:
+    """``(key, default, meaning)`` of every key, in :func:`valid_keys` order;
+    the meaning is the field's ``help`` (:func:`option`), empty where a
+    plugin's section gives none."""
+    rows = _described(Config)
+    for name, cls in SECTIONS.items():
+        rows += _described(cls, name + ".")
+    return rows
+
+
+KEYS_HINT = "see the valid keys with fedclust check --keys"
+
+
 def _unknown_key(path: str) -> ConfigError:
+    bare = path.lstrip("+~")
+    if bare != path:    # Hydra's +key=value (add a key) or ~key (delete one)
+        known = bare in valid_keys()
+        return ConfigError(path, "(unknown key)",
+                           f"a leading '{path[:len(path) - len(bare)]}' is Hydra syntax for adding or removing a key; "
+                           "fedclust's keys all exist and are set as KEY=VALUE: "
+                           + (f"write {bare}=VALUE" if known else f"'{bare}' is no key either; {KEYS_HINT}"))
     close = difflib.get_close_matches(path, valid_keys(), n=1, cutoff=0.5)
     if not close:  # try matching the last component alone
         last = path.rsplit(".", 1)[-1]
         close = [k for k in valid_keys() if k.rsplit(".", 1)[-1] == last][:1]
-    fix = f"did you mean '{close[0]}'?" if close else "no such key"
-    return ConfigError(path, "(unknown key)", f"{fix} Valid keys: fedclust check --keys")
+    if close:
+        return ConfigError(path, "(unknown key)", f"did you mean '{close[0]}'? ({KEYS_HINT})")
+    return ConfigError(path, "(unknown key)", f"no such key; {KEYS_HINT}")
 
 
 def _coerce(path: str, value: Any, tp: Any) -> Any:
@@ -203,6 +275,11 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
             return ""
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
+        if isinstance(value, bool):   # YAML 1.1 reads yes/no/on/off/true/false as booleans
+            meant = ALIASES.get(path, {}).get(str(value).lower())
+            raise ConfigError(path, value, "expected a string, and YAML reads yes, no, on, off, true and false as "
+                              "booleans: " + (f"did you mean {path}={meant}?" if meant else
+                                              f"quote the word to keep it, e.g. {path}='no'"))
         raise ConfigError(path, value, "expected a string")
     return value
 
@@ -253,17 +330,50 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (plain YAML
+    keeps the last silently), naming its dotted path and both lines."""
+
+    def construct_document(self, node):
+        self._refuse_duplicates(node, "")
+        return super().construct_document(node)
+
+    def _refuse_duplicates(self, node, prefix: str) -> None:
+        if isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                self._refuse_duplicates(item, prefix)
+            return
+        if not isinstance(node, yaml.MappingNode):
+            return
+        seen: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":   # <<: *anchor merges on purpose
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node.value)
+            path = f"{prefix}{key}"
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(path, "(given twice)",
+                                  f"{key_node.start_mark.name} sets it on line {seen[key]} and again on line "
+                                  f"{line}; YAML would keep only the last: keep one (merge the two blocks)")
+            seen[key] = line
+            self._refuse_duplicates(value_node, path + ".")
+
+
 def read_yaml(path) -> dict:
-    """The mapping in a YAML config file (ConfigError naming the file if it is missing or not YAML)."""
+    """The mapping in a YAML config file (ConfigError naming the file if it
+    is missing, not YAML, or sets a key twice)."""
     from pathlib import Path
 
     p = Path(path)
     if not p.is_file():
         raise ConfigError("CONFIG", str(path), "no such file; pass a YAML file such as configs/fmnist_rotation2.yaml")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        with open(p, encoding="utf-8") as stream:   # marks name the file by its path
+            raw = yaml.load(stream, Loader=_StrictLoader) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError("CONFIG", str(path), f"not valid YAML ({exc})") from None
+        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise ConfigError("CONFIG", str(path), f"not valid YAML: {text}") from None
     if not isinstance(raw, dict):
         raise ConfigError("CONFIG", str(path), "must hold a mapping of keys, e.g. 'clients: 100'")
     return raw
@@ -298,17 +408,39 @@ def dump(cfg: Config) -> str:
 # ----------------------------------------------------------------------------
 # Validation: the one place every value is checked.
 
+# Words people write for an allowed value, by key (difflib alone would take "gpu" for "cpu").
+ALIASES: dict[str, dict[str, str]] = {
+    "device": {"gpu": "cuda", "cuda:0": "cuda", "nvidia": "cuda", "cpu:0": "cpu", "host": "cpu"},
+    "model": {"logistic": "logreg", "linear": "logreg", "lr": "logreg", "logistic_regression": "logreg",
+              "conv": "cnn", "convnet": "cnn", "dense": "mlp", "fc": "mlp"},
+    "resume": {"true": "auto", "yes": "auto", "on": "auto", "continue": "auto", "false": "never", "no": "never",
+               "off": "never", "always": "require", "must": "require"},
+    "wandb.mode": {"off": "disabled", "none": "disabled", "false": "disabled", "no": "disabled", "local": "offline",
+                   "on": "online", "cloud": "online", "true": "online"},
+}
+
+
+def suggest(path: str, value: Any, allowed) -> str | None:
+    """The allowed value closest to ``value``: a known synonym (:data:`ALIASES`),
+    the same word in another case, else difflib's closest."""
+    words = [str(a) for a in allowed]
+    text = str(value).strip()
+    alias = ALIASES.get(path, {}).get(text.lower())
+    if alias in words:
+        return alias
+    for w in words:
+        if w and w.lower() == text.lower():
+            return w
+    close = difflib.get_close_matches(text, words, n=1)
+    return close[0] if close else None
+
+
 def one_of(path: str, value: Any, allowed, why: str = "") -> None:
     """Refuse a value outside ``allowed``, naming the closest allowed one and, if given, what the key means."""
     if value not in allowed:
-        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        close = suggest(path, value, allowed)
+        hint = f" (did you mean '{close}'?)" if close else ""
         raise ConfigError(path, value, f"must be one of {sorted(allowed)}{hint}" + (f": {why}" if why else ""))
-
-
-def _positive(path: str, value: float, strict: bool = True) -> None:
-    if value < 0 or (strict and value == 0):
-        raise ConfigError(path, value, "must be > 0" if strict else "must be >= 0")
 
 
 def finite(path: str, value, fix: str, low: float = 0.0, strict: bool = True) -> None:
@@ -318,18 +450,31 @@ def finite(path: str, value, fix: str, low: float = 0.0, strict: bool = True) ->
         raise ConfigError(path, value, fix)
 
 
+def at_least(path: str, value: int, low: int, fix: str) -> None:
+    """Refuse a whole number below ``low``."""
+    if value < low:
+        raise ConfigError(path, value, f"must be >= {low}: {fix}")
+
+
+WANDB_PROJECT_CHARS = "/\\#?%:"   # W&B refuses a project name holding any of these, or longer than 128
+
+
 def validate_core(cfg: Config) -> None:
-    """The checks of the core keys (the algorithm's own, its sections' and
-    the data's are made by :func:`fedclust.config.validate`)."""
-    _positive("clients", cfg.clients)
+    """The range checks of the core keys, each key once (the algorithm's
+    own, its sections' and the data's are made by :func:`fedclust.config.validate`)."""
     if cfg.clients < 2:
         raise ConfigError("clients", cfg.clients, "federated learning needs at least 2 clients")
-    _positive("rounds", cfg.rounds)
-    _positive("stage1_rounds", cfg.stage1_rounds, strict=False)
-    _positive("eval_every", cfg.eval_every)
-    _positive("algorithm.tau", cfg.algorithm.tau)
+    at_least("rounds", cfg.rounds, 1, "the total number of rounds")
+    at_least("stage1_rounds", cfg.stage1_rounds, 0, "the rounds of stage one (two-stage methods need >= 1)")
+    at_least("eval_every", cfg.eval_every, 1, "evaluate every this many rounds (1: every round; the last is "
+             "always evaluated)")
+    if not 0 <= cfg.seed < SEED_LIMIT:
+        raise ConfigError("seed", cfg.seed, f"must lie in [0, 2^32 = {SEED_LIMIT}): the draws are keyed on the "
+                          "seed's low 32 bits, so a larger or negative seed would repeat another seed's draws")
+    at_least("algorithm.tau", cfg.algorithm.tau, 1, "PANM's HNM runs every tau rounds of stage two")
     if not 0.0 <= cfg.algorithm.alpha <= 1.0:
-        raise ConfigError("algorithm.alpha", cfg.algorithm.alpha, "must lie in [0, 1]")
+        raise ConfigError("algorithm.alpha", cfg.algorithm.alpha, "must lie in [0, 1]: PANMGrad's weight of the "
+                          "update cosine (PANM paper: 0.5)")
     if not 0.0 < cfg.participation <= 1.0:
         raise ConfigError("participation", cfg.participation, "must lie in (0, 1]: the share of clients per round")
     one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})
@@ -337,19 +482,27 @@ def validate_core(cfg: Config) -> None:
         raise ConfigError("model", cfg.model, "the CNN takes 32x32x3 images: use it with data.name=cifar10, or model=mlp")
     one_of("device", cfg.device, {"auto", "cpu", "cuda"})
     t = cfg.train
-    _positive("train.lr", t.lr)
-    _positive("train.lr_decay", t.lr_decay)
+    finite("train.lr", t.lr, "must be a finite number > 0 (the default: 0.08)")
+    if not 0.0 < t.lr_decay <= 1.0:
+        raise ConfigError("train.lr_decay", t.lr_decay, "must lie in (0, 1]: lr of round t is lr * lr_decay^(t-1) "
+                          "(1: a constant lr; the default: 0.99)")
     if not 0.0 <= t.momentum < 1.0:
-        raise ConfigError("train.momentum", t.momentum, "must lie in [0, 1)")
-    _positive("train.batch_size", t.batch_size)
-    _positive("train.local_epochs", t.local_epochs)
-    one_of("wandb.mode", cfg.wandb.mode, {"", "online", "offline", "disabled"})
-    if not isinstance(cfg.wandb.tags, list) or not all(isinstance(t, str) and t for t in cfg.wandb.tags):
-        raise ConfigError("wandb.tags", cfg.wandb.tags, "must be a list of non-empty strings, e.g. wandb.tags=[panm,cifar]")
-    if cfg.checkpoint_every < 0:
-        raise ConfigError("checkpoint_every", cfg.checkpoint_every,
-                          "must be >= 0 rounds between checkpoints (0: by the clock, every 5 minutes or 50x the last "
-                          "checkpoint's cost; always at the end and on SIGUSR1/SIGTERM)")
+        raise ConfigError("train.momentum", t.momentum, "must lie in [0, 1) (0: plain SGD; the default: 0.9)")
+    at_least("train.batch_size", t.batch_size, 1, "samples per local SGD step")
+    at_least("train.local_epochs", t.local_epochs, 1, "passes over a client's training set per round")
+    w = cfg.wandb
+    one_of("wandb.mode", w.mode, {"", "online", "offline", "disabled"})
+    bad = sorted(set(WANDB_PROJECT_CHARS) & set(w.project))
+    if bad or len(w.project) > 128:
+        raise ConfigError("wandb.project", w.project, "W&B takes a project name of at most 128 characters, none of "
+                          f"them {' '.join(WANDB_PROJECT_CHARS[:-1])} or {WANDB_PROJECT_CHARS[-1]} (for ENTITY/PROJECT "
+                          "write wandb.entity=ENTITY wandb.project=PROJECT)")
+    if not isinstance(w.tags, list) or not all(isinstance(x, str) and 1 <= len(x) <= 64 for x in w.tags):
+        raise ConfigError("wandb.tags", w.tags, "must be a list of strings of 1 to 64 characters (W&B's limit), e.g. "
+                          "wandb.tags=[panm,cifar]")
+    at_least("checkpoint_every", cfg.checkpoint_every, 0,
+             "rounds between checkpoints (0: by the clock, every 5 minutes or 50x the last checkpoint's cost; "
+             "always at the end and on SIGUSR1/SIGTERM)")
     one_of("resume", cfg.resume, set(RESUME_MODES))
     finite("collective_timeout", cfg.collective_timeout,
            "must be a finite number of seconds > 0 (how long a rank waits for the others in a collective)")

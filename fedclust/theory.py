@@ -49,6 +49,9 @@ def check_args(n: int, a: int, l: int, k: int, rounds: int = 1) -> None:
         raise ConfigError("--l", l, f"candidates are other clients: must lie in [1, n-1={n - 1}]")
     if not 1 <= k <= n - 1:
         raise ConfigError("--k", k, f"neighbours are other clients: must lie in [1, n-1={n - 1}]")
+    if l < k:
+        raise ConfigError("--l", l, f"CNI keeps the top k = {k} of l candidates a round, so l must be at least k "
+                          "(as PANM and PENS require of algorithm.l): raise --l or lower --k")
     if rounds < 1:
         raise ConfigError("--rounds", rounds, "must be >= 1")
 
@@ -132,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     cni = sub.add_parser("cni", help="Theorem 1: P^t that all k CNI neighbours are same-cluster, t = 1..T")
     cni.add_argument("--n", type=int, required=True, help="clients in all")
     cni.add_argument("--a", type=int, required=True, help="clients in the own cluster, the client included (n/c)")
-    cni.add_argument("--l", type=int, required=True, help="candidates drawn per round")
+    cni.add_argument("--l", type=int, required=True, help="candidates drawn per round, at least k")
     cni.add_argument("--k", type=int, required=True, help="neighbours kept")
     cni.add_argument("--rounds", type=int, required=True, help="rounds T")
     cni.add_argument("--json", action="store_true", help="print one JSON list instead of one value a line")
@@ -148,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         probs = fn(args.n, args.a, args.l, args.k, args.rounds)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"fedclust theory: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(probs))

@@ -17,7 +17,7 @@ from fedclust.theory import (
     main, pens_probability,
 )
 
-SMALL = [(7, 4, 2, 2, 3), (8, 3, 3, 2, 3), (7, 4, 2, 3, 3), (6, 6, 2, 2, 2), (8, 4, 3, 1, 2)]
+SMALL = [(7, 4, 2, 2, 3), (8, 3, 3, 2, 3), (7, 4, 3, 3, 3), (6, 6, 2, 2, 2), (8, 4, 3, 1, 2)]
 
 
 def fact_ratio(num, den):
@@ -152,3 +152,20 @@ def test_bad_arguments_name_the_field():
         with pytest.raises(ConfigError) as info:
             cni_probabilities(*args)
         assert info.value.field == field
+
+
+def test_fewer_candidates_than_neighbours_is_refused(capsys):
+    """l < k: round 1 holds l < k neighbours, so P^1(k) = 0 would be printed as if it were a result
+    (PANM and PENS refuse algorithm.l < algorithm.k the same way)."""
+    for fn in (cni_probabilities, cni_probabilities_exact, cni_distribution_exact):
+        with pytest.raises(ConfigError) as info:
+            fn(20, 10, 3, 5, 3)
+        assert info.value.field == "--l" and info.value.value == 3 and "--k" in info.value.fix
+    with pytest.raises(ConfigError) as info:
+        pens_probability(20, 10, 3, 5)
+    assert info.value.field == "--l"
+    assert main(["cni", "--n", "20", "--a", "10", "--l", "3", "--k", "5", "--rounds", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "'--l' = 3" in captured.err and "at least k" in captured.err
+    # l = k is the boundary: every candidate is kept, so P^1(k) = R(k) = Pr(all 3 of 3 candidates same-cluster)
+    assert cni_probabilities(20, 10, 3, 3, 1) == pytest.approx([math.comb(9, 3) / math.comb(19, 3)], abs=1e-15)

@@ -150,6 +150,8 @@ class Algorithm:
       with the real key (``fpfc.lam``).  A section may be shared by name.
     - ``needs_k``, ``needs_l``, ``needs_stages``: it uses ``algorithm.k``,
       ``algorithm.l``, a stage one of ``stage1_rounds`` rounds.
+    - ``keeps_k_of_l``: each round it draws l candidates and keeps the top k
+      of them, so it needs ``l >= k``.
     - ``gathers_before``: the round's gather also carries the models before
       local training (``view.all_before``).
     - ``topology``: "peer" (clients average with peers) or "server".
@@ -169,6 +171,7 @@ class Algorithm:
     needs_k: ClassVar[bool] = False
     needs_l: ClassVar[bool] = False
     needs_stages: ClassVar[bool] = False
+    keeps_k_of_l: ClassVar[bool] = False
     gathers_before: bool = False
     topology: ClassVar[str] = "server"
     stage_one_figures: ClassVar[bool] = False
@@ -196,6 +199,11 @@ class Algorithm:
             if a.l > n - 1:
                 raise ConfigError("algorithm.l", a.l,
                                   f"must be at most clients - 1 = {n - 1} (candidates are other clients)")
+        if cls.keeps_k_of_l and a.l < a.k:
+            raise ConfigError("algorithm.l", a.l,
+                              f"{cls.name} keeps the top k = {a.k} of the l candidates it draws each round, so l "
+                              f"must be at least k (with fewer, round 1 gives only l neighbours): raise algorithm.l "
+                              f"to {a.k} or more, or lower algorithm.k to {a.l} or less")
         if cls.needs_stages and not 1 <= cfg.stage1_rounds <= cfg.rounds:
             raise ConfigError("stage1_rounds", cfg.stage1_rounds,
                               f"{cls.name} needs 1 <= stage1_rounds <= rounds ({cfg.rounds}): stage two starts "

@@ -97,6 +97,7 @@ from fedclust.algorithms.aggregation import check_weights, cluster_average, own,
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
+from fedclust.schema import option
 
 EPS = 1e-12  # as the CFL reference code: cos = <a,b> / (‖a‖‖b‖ + 1e-12)
 DEFAULT_EPS1 = 0.4
@@ -167,8 +168,9 @@ def scaled_thresholds(round1_norm: float, eps1: float = DEFAULT_EPS1,
     """
     check_thresholds(eps1, eps2)
     if not (float(round1_norm) > 0 and float(round1_norm) < float("inf")):
-        raise ConfigError("round1_norm", round1_norm,
-                          "needs the (finite, > 0) mean client update norm of round 1; check train.lr")
+        raise ConfigError("cfl.scale_to_model", True,
+                          f"eps1 and eps2 are scaled by round 1's mean client update norm, round1_norm = "
+                          f"{round1_norm}, not a finite number > 0: check train.lr, or set cfl.scale_to_model=false")
     s = float(round1_norm) / REFERENCE_ROUND1_NORM
     return float(eps1) * s, float(eps2) * s
 
@@ -257,11 +259,13 @@ def split_cluster(updates: torch.Tensor) -> tuple[torch.Tensor, float]:
 class CflConfig:
     """The ``cfl`` section."""
 
-    eps1: float = DEFAULT_EPS1   # split when the mean update norm is below eps1 ... (CFL reference code)
-    eps2: float = DEFAULT_EPS2   # ... and the largest client update norm above eps2
-    gamma_max: float = DEFAULT_GAMMA_MAX  # split kept only if gamma_max < sqrt((1 - max cross-half cosine)/2)
-    warmup: int = 20             # rounds before the first split is considered (CFL reference code: round > 20)
-    scale_to_model: bool = True  # read eps1/eps2 in units of (round-1 mean update norm)/3.2, the reference's u_1
+    eps1: float = option(DEFAULT_EPS1, "a cluster splits when its mean update norm is below eps1 (> 0) ...")
+    eps2: float = option(DEFAULT_EPS2, "... and some client's update norm is above eps2 (> eps1)")
+    gamma_max: float = option(DEFAULT_GAMMA_MAX, "a split is kept only if gamma_max < sqrt((1 - max cross-half "
+                                                 "cosine)/2); in [0, 1), 0: the norm test alone")
+    warmup: int = option(20, "rounds before the first split is considered, below rounds (CFL reference code: 20)")
+    scale_to_model: bool = option(True, "read eps1 and eps2 in units of the round-1 mean update norm / 3.2 (the "
+                                        "reference's)")
 
     def validate(self, cfg) -> None:
         check_thresholds(self.eps1, self.eps2)

@@ -86,6 +86,7 @@ from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, s
 from fedclust.algorithms.fedprox import FedProxConfig
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
+from fedclust.schema import option
 
 EPS = 1e-12
 KMEANS_STREAM = "kmeans"         # rng stream of the K-means++ seeding draws
@@ -112,9 +113,10 @@ def base_directions(updates: torch.Tensor, n_directions: int = N_DIRECTIONS) -> 
         raise ValueError(f"updates must be [alpha*m, P], got shape {tuple(updates.shape)}")
     m, P = updates.shape
     if m < n_directions or P < n_directions:
-        raise ConfigError("algorithm.alpha", m,
-                          f"FedGroup pre-trains alpha*m = {m} clients with P = {P} parameters; "
-                          f"the ternary similarity needs at least {n_directions} of each: raise alpha or groups")
+        raise ConfigError("fedgroup.pretrain_scale", m,
+                          f"FedGroup pre-trains min(fedgroup.pretrain_scale * fedgroup.groups, clients) = {m} clients "
+                          f"with P = {P} parameters; the ternary similarity needs at least {n_directions} of each: "
+                          "raise fedgroup.pretrain_scale or fedgroup.groups")
     _, _, vh = torch.linalg.svd(updates.to(torch.float64), full_matrices=False)
     v = vh[:n_directions]                                  # right singular vectors of ΔW
     sign = torch.where((updates.to(torch.float64) @ v.T).sum(dim=0) < 0, -1.0, 1.0)
@@ -204,8 +206,8 @@ def kmeans(points: torch.Tensor, k: int, seed: int, n_init: int = 10, max_iter: 
     (first restart wins ties) → ``(labels int64 [m], centers [k, d])``
     (FedGroup paper Alg. 4 l. 3, as sklearn ``KMeans`` in the authors' code)."""
     if points.dim() != 2 or points.shape[0] < k or k < 1:
-        raise ConfigError("algorithm.groups", k,
-                          f"K-means needs 1 <= groups <= points ({points.shape[0]}); lower the number of groups")
+        raise ConfigError("fedgroup.groups", k,
+                          f"K-means needs 1 <= groups <= points ({points.shape[0]}); lower fedgroup.groups")
     best = None
     for r in range(n_init):
         init = points.to(torch.float64)[kmeans_pp(points, k, seed, r)]
@@ -319,9 +321,11 @@ class FedGroupConfig:
     """The ``fedgroup`` section (FedGrouProx's proximal weight is ``fedprox.mu``:
     FedGroup paper, "mu as recommended by FedProx")."""
 
-    groups: int = 2              # m, the number of groups (FedGroup paper uses 3-5 per data set; 2 = the default number of clusters)
-    pretrain_scale: int = 20     # alpha: alpha * m clients are pre-trained for the cold start (FedGroup paper §IV-A)
-    inter_lr: float = 0.01       # eta_g, the inter-group aggregation rate (FedGroup paper §IV-A)
+    groups: int = option(2, "m, the number of groups, in [1, clients] (FedGroup paper: 3-5 per data set; 2: the "
+                            "default data.num_clusters)")
+    pretrain_scale: int = option(20, "FedGroup's alpha: alpha * groups clients are pre-trained for the cold start "
+                                     "(paper: 20)")
+    inter_lr: float = option(0.01, "eta_g, the inter-group aggregation rate, >= 0 (paper: 0.01)")
 
     def validate(self, cfg) -> None:
         n = cfg.clients

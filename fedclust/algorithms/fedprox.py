@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 from fedclust.algorithms.fedavg import FedAvg
 from fedclust.algorithms.registry import register
-from fedclust.schema import finite
+from fedclust.schema import finite, option
 
 
 @dataclass
 class FedProxConfig:
     """The ``fedprox`` section (also FedGrouProx's μ: FedGroup paper, "μ as recommended by FedProx")."""
 
-    # FedProx's proximal weight; Li et al. tune it over {0.001, 0.01, 0.1, 1} per data set and name no single default.
-    mu: float = 0.01
+    # Li et al. tune it over {0.001, 0.01, 0.1, 1} per data set and name no single default.
+    mu: float = option(0.01, "FedProx's proximal weight mu >= 0 (0: FedAvg); also FedGrouProx's")
 
     def validate(self, cfg) -> None:
         finite("fedprox.mu", self.mu, "the proximal weight must be a finite number >= 0 "

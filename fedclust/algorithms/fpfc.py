@@ -85,7 +85,7 @@ from fedclust.algorithms.registry import register
 from fedclust.dist import available_memory, world_from_env
 from fedclust.errors import ConfigError
 from fedclust.models import parameter_count
-from fedclust.schema import finite
+from fedclust.schema import finite, option
 
 CHUNK_ELEMENTS = 2**24      # pairs per chunk × P at most this (64 MB per float32 buffer)
 
@@ -291,7 +291,7 @@ def clusters_from_theta(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
     if theta_norms.shape != (n, n):
         raise ValueError(f"theta_norms must be square [n, n], got {tuple(theta_norms.shape)}")
     if not float(nu) >= 0:
-        raise ConfigError("algorithm.nu", nu, "FPFC cluster threshold nu must be >= 0 (paper: in [xi, 0.5])")
+        raise ConfigError("fpfc.nu", nu, "FPFC's cluster threshold must be >= 0 (paper: in [xi, 0.5])")
     adj = (theta_norms <= nu).triu(1).cpu().numpy()
     _, comp = connected_components(csr_matrix(adj), directed=False)
     # relabel by first occurrence so that numbering follows the smallest member
@@ -358,12 +358,13 @@ class FpfcConfig:
     setting tried does (docs/algorithms.md, FPFC).
     """
 
-    lam: float = 2.0             # lambda of the SCAD fusion penalty
-    a: float = 3.7               # SCAD's a (Fan & Li 2001)
-    xi: float = 0.5              # xi < lambda: width of the smooth surrogate
-    rho: float = 10.0            # ADMM penalty, also the local proximal weight; > max(2 lam/xi, 2/(a-1))
-    nu: float = 0.5              # ||theta_ij|| <= nu puts i and j in one cluster (FPFC paper: nu in [xi, 0.5])
-    scale_to_model: bool = True  # read lam, xi, nu in units of round 1's mean update norm
+    lam: float = option(2.0, "lambda of the SCAD fusion penalty, > 0")
+    a: float = option(3.7, "SCAD's a, > 1 (Fan & Li 2001: 3.7)")
+    xi: float = option(0.5, "width of the smooth surrogate, in (0, lam)")
+    rho: float = option(10.0, "ADMM penalty, also the local proximal weight; > max(2 lam/xi, 2/(a-1)) (FPFC "
+                              "paper Theorem 1)")
+    nu: float = option(0.5, "||theta_ij|| <= nu puts i and j in one cluster, >= 0 (paper: in [xi, 0.5])")
+    scale_to_model: bool = option(True, "read lam, xi and nu in units of round 1's mean update norm")
 
     def validate(self, cfg) -> None:
         check_theorem1(self.lam, self.a, self.xi, self.rho)   # rho > max(2 lam/xi, 2/(a-1)), FPFC paper Theorem 1

@@ -63,6 +63,7 @@ from fedclust.algorithms.aggregation import cluster_average, own, participants
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
+from fedclust.schema import option
 from fedclust.models import initial_weights, model_spec
 
 INIT_STREAM = "ifca_init"   # rng stream of the cluster models' init seeds
@@ -180,12 +181,15 @@ class IfcaState:
 class IfcaConfig:
     """The ``ifca`` section."""
 
-    clusters: int = 2            # c, the number of cluster models (IFCA paper; PANM paper Table 5 sets c = true clusters)
+    clusters: int = option(2, "c, the number of cluster models, in [1, clients] (PANM paper Table 5: the true "
+                              "number of clusters)")
     # IFCA paper restarts Algorithm 1 from several random inits ("a few restarts suffice"; 10 in its
     # success-rate runs).  The run tries each for restart_rounds rounds, one after the other, and goes on
     # with the one of lowest IFCA objective mean_i min_j F_i(theta_j).
-    restarts: int = 3
-    restart_rounds: int = 10
+    restarts: int = option(3, "initialisations tried one after the other; the lowest IFCA objective goes on (1: "
+                              "a single one)")
+    restart_rounds: int = option(10, "rounds each restart runs before they are compared; restarts * "
+                                     "restart_rounds < rounds")
 
     def validate(self, cfg) -> None:
         c, n = self.clusters, cfg.clients

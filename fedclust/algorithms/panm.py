@@ -32,7 +32,7 @@ from fedclust.algorithms.hnm import draw_average, hnm_draw, hnm_update
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import loss_em_input, recorded_similarity, similarity_for
 from fedclust.errors import ConfigError
-from fedclust.schema import one_of
+from fedclust.schema import one_of, option
 
 PANM_EM_INPUTS = ("neg_loss", "inverse")
 PANM_EM_VARIANCES = ("separate", "tied")
@@ -45,15 +45,18 @@ class PanmConfig:
     # What HNM's EM runs on for panm_loss: "neg_loss" (default) y = -F_i(w_j), the negative loss;
     # "inverse" y = 1/F_i(w_j), PANM paper's literal similarity.  CNI ranks by 1/F under either (same order).
     # panm_grad ignores it: its similarity is a cosine, not a loss.
-    em_input: str = "neg_loss"
+    em_input: str = option("neg_loss", "panm_loss: what HNM's EM runs on, neg_loss (-F, the default) or inverse "
+                                       "(1/F, the paper's text); panm_grad ignores it")
     # The variances of HNM's two Gaussians: "separate" (default, the PANM paper's Eq. 15: one sigma per
     # component) or "tied" (one pooled within-component sigma for both).
-    em_variance: str = "separate"
+    em_variance: str = option("separate", "HNM's two Gaussians: separate (one sigma each, PANM paper Eq. 15) or "
+                                          "tied (one pooled sigma)")
     # panm_grad: the weight of the update cosine cos(Delta_i, Delta_j) in the similarity HNM's EM runs on in
     # stage two (CNI uses algorithm.alpha).  0 (default): the weight cosine alone, since in stage two the update
     # cosine carries no cluster signal and only noise (docs/algorithms.md, PANM, departure 4); the PANM paper uses
     # its alpha = 0.5 in both stages.
-    hnm_alpha: float = 0.0
+    hnm_alpha: float = option(0.0, "panm_grad: weight of the update cosine in the similarity HNM's EM runs on, "
+                                   "in [0, 1] (CNI keeps algorithm.alpha)")
 
     def validate(self, cfg) -> None:
         one_of("panm.em_input", self.em_input, PANM_EM_INPUTS, "what PANMLoss's HNM runs its EM on: neg_loss = -F, "
@@ -91,7 +94,7 @@ class PANM(PeerAlgorithm):
     em_variance: str = "separate"  # HNM's Gaussians: "separate" sigma per component | "tied" (one pooled sigma)
     hnm_alpha: float = 0.0       # panm_grad: weight of the update cosine in the similarity HNM's EM runs on
 
-    needs_k = needs_l = needs_stages = True
+    needs_k = needs_l = needs_stages = keeps_k_of_l = True
     stage_one_figures = True
     sections = {"panm": PanmConfig}
 

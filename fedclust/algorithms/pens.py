@@ -59,7 +59,7 @@ from fedclust.algorithms.cni import draw_candidates, top_k_in_mask
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import recorded_similarity, similarity_for
 from fedclust.errors import ConfigError
-from fedclust.schema import one_of
+from fedclust.schema import one_of, option
 
 PENS_COUNTS = ("reference", "selected", "drawn_and_selected")
 PENS_EMPTY_LISTS = ("last_topk", "alone")
@@ -75,13 +75,16 @@ class PensConfig:
     # "selected": the same counts against ceil(T1*(l+k)/n), the threshold PANM paper §4.2 quotes;
     # "drawn_and_selected": times drawn as a candidate plus times selected, against ceil(T1*(l+k)/n),
     #   whose expectation under random choice is exactly T1*(l+k)/n.
-    count: str = "reference"
+    count: str = option("reference", "what counts toward the fixed list: reference (top-k picks above "
+                                      "k*T1/(n-1) - 1), selected or drawn_and_selected (above ceil(T1*(l+k)/n))")
     # A fixed list that comes out empty: "last_topk" keeps the last stage-one top k (not in the papers);
     # "alone": stays empty and the client trains alone, as the reference code does.
-    empty_list: str = "last_topk"
+    empty_list: str = option("last_topk", "what an empty fixed list becomes: last_topk (the last stage-one top "
+                                          "k) or alone (no peers, as the reference code)")
     # Peers drawn from the fixed list each stage-two round; 0 means algorithm.k (docs/algorithms.md).  The reference
     # code draws 20 (all of the list if shorter).
-    stage2_neighbours: int = 0
+    stage2_neighbours: int = option(0, "peers drawn from the fixed list each stage-two round, in [0, clients - 1]; "
+                                       "0: algorithm.k (the reference code: 20)")
 
     def validate(self, cfg) -> None:
         clients = cfg.clients
@@ -154,7 +157,7 @@ class PENS(PeerAlgorithm):
 
     name = "pens"
     report_position = 4
-    needs_k = needs_l = needs_stages = True
+    needs_k = needs_l = needs_stages = keeps_k_of_l = True
     stage_one_figures = True
     sections = {"pens": PensConfig}
     paper_results = {("fmnist", "rotation", 2): (86.82, 0.11)}
