@@ -1,4 +1,8 @@
-"""Command line: ``fedclust run|check|bench|bench-rounds|bench-scale|report|theory``."""
+"""Command line: ``fedclust run|check|bench|bench-rounds|bench-scale|report|theory``.
+
+Each command imports only what it needs, so ``fedclust --help``,
+``--version`` and ``theory`` start without torch.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,63 @@ import argparse
 import os
 import sys
 
-from fedclust.checkpoint import Stopped
 from fedclust.errors import FedclustError
+
+EXIT_CONFIG = 2   # a config or usage error (argparse uses 2 as well)
+
+RUN_EPILOG = """\
+out: the run directory, by default runs/<algorithm>-<data>-s<seed>-<time>.
+  Running the same command again into the same out continues from its newest
+  checkpoint (resume=auto; resume=never refuses a directory holding a run,
+  resume=require errors without a checkpoint). A directory holding a run that
+  this config cannot continue is refused, naming the files; overwrite=true
+  replaces it instead.
+
+Every key, its default and its meaning: fedclust check --keys.
+Validate and print the resolved config without running: fedclust check CONFIG [KEY=VALUE ...].
+
+exit status:
+  0   the run finished
+  2   an error fedclust explains in one line: a config error (naming the key,
+      the bad value and the fix; found before any data is read or process
+      group starts), missing data, a diverged run, a rank that stopped
+  75  stopped by SIGUSR1 or SIGTERM after writing a checkpoint: run the same
+      command again to continue (inside Slurm the job is requeued)
+  1   anything else (a traceback)
+
+examples:
+  fedclust run configs/fmnist_rotation2.yaml
+  fedclust run configs/fmnist_rotation2.yaml algorithm.name=oracle seed=1 out=runs/oracle-s1
+  fedclust run rounds=3 clients=10 stage1_rounds=2     # the defaults, with three keys changed
+"""
+
+CHECK_EPILOG = """\
+Prints the config a run would use (defaults, then CONFIG, then the
+overrides), validated as fedclust run validates it (run also checks out and
+W&B before reading data); with no CONFIG and no overrides, the defaults.
+
+  fedclust check --keys                              every key, its default, its meaning
+  fedclust check --keys plugins=[my_lab.algorithms]  with a plugin's keys
+
+out defaults to runs/<algorithm>-<data>-s<seed>-<time>; running again into
+the same out resumes from its newest checkpoint; overwrite=true replaces a run
+there that this config cannot continue.
+
+exit status: 0 the config is valid; 2 a config error (the message names the
+key, the bad value and the fix).
+"""
+
+
+def version() -> str:
+    """The installed distribution's version, else the source tree's."""
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+
+    try:
+        return dist_version("fedclust")
+    except PackageNotFoundError:
+        from fedclust import __version__
+
+        return __version__
 
 
 def _config_or_override(args) -> None:
@@ -17,40 +76,62 @@ def _config_or_override(args) -> None:
 
 
 def _run(args) -> int:
+    _config_or_override(args)
+    if args.config is None and not args.overrides:
+        raise FedclustError("fedclust run needs a CONFIG file or KEY=VALUE overrides (a bare run of the defaults is "
+                            "a 300-round Fashion-MNIST job): e.g. fedclust run configs/fmnist_rotation2.yaml, or "
+                            "fedclust run seed=0 for the defaults as they are (fedclust check prints them)")
     from fedclust.config import load_config
     from fedclust.runner import prepare, run
 
-    _config_or_override(args)
     cfg = load_config(args.config, args.overrides)
     out = prepare(cfg)  # every check before any process group starts
     run(cfg, out)
     return 0
 
 
+def key_table(rows: list[tuple[str, str, str]]) -> str:
+    """``key  default  meaning``, the first two columns aligned."""
+    head = ("key", "default", "meaning")
+    rows = [head, *rows]
+    wk = max(len(r[0]) for r in rows)
+    wd = max(len(r[1]) for r in rows)
+    return "\n".join(f"{k:<{wk}}  {d:<{wd}}  {m or '-'}".rstrip() for k, d, m in rows)
+
+
 def _check(args) -> int:
-    from fedclust.config import dump, load_algorithms, load_config, read_yaml, valid_keys
+    from fedclust.config import dump, load_algorithms, load_config, read_yaml
 
     _config_or_override(args)
     if args.keys:   # the keys of every registered algorithm's section, plugins named in CONFIG/overrides included
+        from fedclust.algorithms import registry
+        from fedclust.schema import describe_keys
+
         load_algorithms(read_yaml(args.config) if args.config else {}, args.overrides)
-        print("\n".join(valid_keys()))
+        print(key_table(describe_keys()))
+        print(f"\nalgorithm.name is one of: {', '.join(registry.names())}")
         return 0
-    if args.config is None:
-        raise FedclustError("fedclust check needs a CONFIG file (or --keys)")
     print(dump(load_config(args.config, args.overrides)), end="")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedclust", description="Clustered federated learning, vectorized.")
+    p.add_argument("--version", action="version", version=f"fedclust {version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="run an experiment")
-    r.add_argument("config", help="YAML config file, e.g. configs/fmnist_rotation2.yaml (or none: the defaults)")
+    fmt = argparse.RawDescriptionHelpFormatter
+    r = sub.add_parser("run", help="run an experiment", formatter_class=fmt, epilog=RUN_EPILOG,
+                       description="Run an experiment: the defaults, then CONFIG, then the KEY=VALUE overrides.")
+    r.add_argument("config", nargs="?", metavar="CONFIG",
+                   help="YAML config file, e.g. configs/fmnist_rotation2.yaml; may be left out when overrides are "
+                        "given (they then change the defaults)")
     r.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. algorithm.k=5")
-    c = sub.add_parser("check", help="validate and print the resolved config")
-    c.add_argument("config", nargs="?")
-    c.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    c.add_argument("--keys", action="store_true", help="list every valid key")
+    c = sub.add_parser("check", help="validate and print the resolved config; --keys lists every key",
+                       formatter_class=fmt, epilog=CHECK_EPILOG,
+                       description="Validate a config and print it resolved, or list every key.")
+    c.add_argument("config", nargs="?", metavar="CONFIG", help="YAML config file (optional)")
+    c.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. clients=200")
+    c.add_argument("--keys", action="store_true", help="list every valid key with its default and meaning")
     sub.add_parser("bench", help="time one round of local training (see fedclust bench --help)", add_help=False)
     sub.add_parser("bench-rounds", help="whole-round time of algorithms side by side (see fedclust bench-rounds --help)",
                    add_help=False)
@@ -86,12 +167,13 @@ def main(argv: list[str] | None = None) -> int:
             return theory.main(argv[1:])
         args = build_parser().parse_args(argv)
         return {"run": _run, "check": _check}[args.command](args)
-    except Stopped as exc:
-        print(f"fedclust: {exc}", file=sys.stderr)
-        return exc.exit_code
     except FedclustError as exc:
+        code = getattr(exc, "exit_code", None)   # fedclust.checkpoint.Stopped: 75, run again to continue
+        if code is not None:
+            print(f"fedclust: {exc}", file=sys.stderr)
+            return code
         print(f"fedclust: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
 
 
 if __name__ == "__main__":
