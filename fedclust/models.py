@@ -90,7 +90,7 @@ def build_model(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn
     sample, no batch dimension): (1, 28, 28), (3, 32, 32) or (d,)."""
     input_shape = tuple(int(s) for s in input_shape)
     if num_classes < 2:
-        raise ConfigError("num_classes", num_classes, "a classifier needs at least 2 classes")
+        raise ValueError(f"num_classes = {num_classes}: a classifier needs at least 2 classes")
     if arch == "logreg":
         return LogReg(math.prod(input_shape), num_classes)
     if arch == "mlp":

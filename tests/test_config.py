@@ -343,14 +343,7 @@ def key_names_in(text, sections):
 
 # Files outside this change whose messages still name non-keys (internal arguments, or a key that is
 # fedprox.mu or fpfc.rho depending on the algorithm); strict, so the mark must go once they are fixed.
-NAMES_NON_KEYS = {
-    "fedclust/engine/train.py": "algorithm.mu (line 226), backprop and client_chunk (TrainSettings, not keys)",
-    "fedclust/models.py": "num_classes (an argument of build_model, not a key)",
-}
-
-
-@pytest.mark.parametrize("source", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=NAMES_NON_KEYS[s]))
-                                    if s in NAMES_NON_KEYS else s for s in sorted({m[0] for m in _messages()})])
+@pytest.mark.parametrize("source", sorted({m[0] for m in _messages()}))
 def test_every_key_a_message_names_exists(source):
     from fedclust.config import load_algorithms
 

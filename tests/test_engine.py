@@ -197,7 +197,7 @@ def test_train_round_anchor_aliasing_the_weights_is_the_round_start():
     train_round(want, layout, "mlp", x, y, orders, s, anchor=start, mu=0.5)
     train_round(flat, layout, "mlp", x, y, orders, s, anchor=flat, mu=0.5)
     assert torch.allclose(flat, want, atol=1e-12)
-    with pytest.raises(ConfigError, match="mu"):
+    with pytest.raises(ValueError, match="mu"):
         train_round(flat, layout, "mlp", x, y, orders, s, anchor=start, mu=-1.0)
     with pytest.raises(ValueError, match="anchor"):
         train_round(flat, layout, "mlp", x, y, orders, s, anchor=start[:, :5], mu=0.5)

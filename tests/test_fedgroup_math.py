@@ -63,7 +63,7 @@ def test_sign_flip_is_a_reflection():
 
 
 def test_base_directions_need_three_clients():
-    with pytest.raises(ConfigError, match="algorithm.alpha"):
+    with pytest.raises(ConfigError, match="fedgroup.pretrain_scale"):
         base_directions(torch.randn(2, 10))
 
 

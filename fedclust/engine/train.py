@@ -71,9 +71,9 @@ class TrainSettings:
         if self.epochs < 1:
             raise ConfigError("train.local_epochs", self.epochs, "use at least 1 local epoch")
         if self.backprop not in ("auto", "func"):
-            raise ConfigError("backprop", self.backprop, "use 'auto' or 'func'")
+            raise ValueError(f"TrainSettings.backprop = {self.backprop!r}: use 'auto' or 'func'")
         if self.client_chunk < 0:
-            raise ConfigError("client_chunk", self.client_chunk, "use 0 (automatic) or a positive count")
+            raise ValueError(f"TrainSettings.client_chunk = {self.client_chunk!r}: use 0 (automatic) or a positive count")
 
 
 def memory_budget(device: torch.device) -> int:
@@ -223,7 +223,8 @@ def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> 
     An anchor sharing memory with ``flat`` (trained in place) is copied first."""
     mu = float(mu)
     if not (mu >= 0 and mu != float("inf")):
-        raise ConfigError("algorithm.mu", mu, "the proximal weight must be a finite number >= 0")
+        raise ValueError(f"proximal weight mu = {mu!r}: must be a finite number >= 0 (the algorithm's section checks "
+                         "its own key first)")
     if anchor is None or mu == 0.0:
         return None
     if anchor.shape not in (flat.shape, flat.shape[1:]):
