@@ -54,7 +54,7 @@ from fedclust import runner
 from fedclust.algorithms import registry
 from fedclust.config import load_config
 from fedclust.data.sources import load_raw
-from fedclust.dist import GATHER_METER, gather_rows, make_fabric, world_from_env
+from fedclust.dist import gather_rows, make_fabric, measure_gathers, world_from_env
 from fedclust.models import model_spec, parameter_count
 
 MB = 2**20
@@ -135,16 +135,12 @@ def measure(fabric, cfg, rounds: int) -> dict:
     seconds, gather_s, gather_b, calls = [], [], [], []
     try:
         for t in range(1, rounds + 1):
-            GATHER_METER.reset()
-            GATHER_METER.on = True
-            try:
+            with measure_gathers() as meter:
                 outcome = runner.round_step(s, state, t)
-            finally:
-                GATHER_METER.on = False
             seconds.append(outcome.seconds)
-            gather_s.append(GATHER_METER.seconds)
-            gather_b.append(GATHER_METER.bytes)
-            calls.append(GATHER_METER.calls)
+            gather_s.append(meter.seconds)
+            gather_b.append(meter.bytes)
+            calls.append(meter.calls)
         params = int(state.flat.shape[1])
     finally:
         del state, s
@@ -260,5 +256,5 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
     if fabric.global_rank == 0:
         print(json.dumps(rows, indent=1) if args.json else table(rows), end="", flush=True)
-    runner._finish(fabric)   # every rank leaves the process group together
+    runner.finish(fabric)   # every rank leaves the process group together
     return 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import re
@@ -57,16 +58,11 @@ def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:
 
 
 class GatherMeter:
-    """Seconds and bytes of :func:`gather_rows`' collectives, counted only
-    while ``on`` (off by default: one attribute test per gather; used by
-    ``fedclust bench-scale``).  ``bytes`` is the size of the gathered buffer
-    each rank receives: every rank's (padded) shard, its own included."""
+    """Seconds, calls and bytes of :func:`gather_rows`' collectives while
+    :func:`measure_gathers` is open.  ``bytes`` is the size of the gathered
+    buffer each rank receives: every rank's (padded) shard, its own included."""
 
     def __init__(self):
-        self.on = False
-        self.reset()
-
-    def reset(self) -> None:
         self.calls, self.seconds, self.bytes = 0, 0.0, 0
 
     def gather(self, fabric, rows: torch.Tensor) -> torch.Tensor:
@@ -82,7 +78,19 @@ class GatherMeter:
         return gathered
 
 
-GATHER_METER = GatherMeter()
+_meter: GatherMeter | None = None   # the open measurement, if any
+
+
+@contextlib.contextmanager
+def measure_gathers():
+    """``with measure_gathers() as meter:`` counts every gather inside the
+    block (``fedclust bench-scale``); outside one, a gather costs one test."""
+    global _meter
+    outer, _meter = _meter, GatherMeter()
+    try:
+        yield _meter
+    finally:
+        _meter = outer
 
 
 # torch >= 2.14 names the one-buffer all-gather all_gather_single (all_gather_into_tensor, its older name, warns
@@ -113,7 +121,7 @@ def gather_rows(fabric, rows: torch.Tensor, n: int) -> torch.Tensor:
     if pad:
         rows = torch.cat([rows, rows.new_zeros((pad,) + tuple(rows.shape[1:]))])
     # [world, longest, ...]
-    gathered = GATHER_METER.gather(fabric, rows) if GATHER_METER.on else all_gather(rows, world)
+    gathered = _meter.gather(fabric, rows) if _meter is not None else all_gather(rows, world)
     if n == world * longest:   # equal shards: the gathered buffer already is [n, ...] in order, no copy
         return gathered.reshape((n,) + tuple(rows.shape[1:]))
     parts = [gathered[r, : shard_bounds(n, world, r)[1] - shard_bounds(n, world, r)[0]] for r in range(world)]

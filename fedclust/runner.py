@@ -394,7 +394,7 @@ def run(cfg, out: str | None = None) -> dict:
                                     state.final_assignment, s.data.clusters)
         exit_code = 0
     except checkpoint.Stopped:
-        _finish(fabric)
+        finish(fabric)
         raise
     finally:
         stop.restore()
@@ -406,7 +406,7 @@ def run(cfg, out: str | None = None) -> dict:
             tracker.finish(exit_code)   # no-op if already finished
     if s.rank == 0:
         print(_summary_text(summary, out))
-    _finish(fabric)
+    finish(fabric)
     return summary
 
 
@@ -420,7 +420,7 @@ def _figures(run_dir: Path, summary: dict, cfg, history: list[dict]) -> list[str
         return []
 
 
-def _finish(fabric) -> None:
+def finish(fabric) -> None:
     """With several processes: wait until rank 0 has written everything, then
     close the process group, so that no rank exits while the others still use
     it (gloo aborts a process whose background threads are still running)."""
