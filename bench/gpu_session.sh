@@ -53,7 +53,7 @@ echo "== bench ($(elapsed) s)"
 $FC bench --device "$DEVICE" --json $BENCH_ARGS > "$OUT/bench.json" || echo "bench failed"
 python3 - "$OUT/bench.json" <<'PY'
 import json, sys
-from fedclust.bench import Record, format_table
+from fedclust.bench.local import Record, format_table
 try:
     print(format_table([Record(**r) for r in json.load(open(sys.argv[1]))]))
 except Exception as exc:

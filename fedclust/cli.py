@@ -146,15 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "bench":
-            from fedclust import bench
+            from fedclust.bench import local as bench
 
             return bench.main(argv[1:])
         if argv and argv[0] == "bench-rounds":
-            from fedclust import bench_rounds
+            from fedclust.bench import rounds as bench_rounds
 
             return bench_rounds.main(argv[1:])
         if argv and argv[0] == "bench-scale":
-            from fedclust import bench_scale
+            from fedclust.bench import scale as bench_scale
 
             return bench_scale.main(argv[1:])
         if argv and argv[0] == "report":

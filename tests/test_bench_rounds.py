@@ -2,7 +2,7 @@
 
 import json
 
-from fedclust import bench_rounds
+from fedclust.bench import rounds as bench_rounds
 
 TINY = ["data.name=synthetic", "data.synthetic_dim=1", "data.train_size=30", "data.test_size=10", "clients=6",
         "algorithm.k=2", "algorithm.l=3", "seed=1"]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedclust import bench_scale
+from fedclust.bench import scale as bench_scale
 from fedclust.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,11 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
-from fedclust import bench, rng
+from fedclust import rng
+from fedclust.bench import local as bench
+from fedclust.bench.reference import reference_train_round
 from fedclust.engine import train
 from fedclust.engine.functional import batched_forward_fn, forward_fn
 from fedclust.engine.layout import ParamLayout
-from fedclust.engine.reference import reference_train_round
 from fedclust.engine.pool import pool_losses
 from fedclust.engine.train import TrainSettings, evaluate, pair_losses, train_round
 from fedclust.errors import ConfigError

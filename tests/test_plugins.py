@@ -121,11 +121,12 @@ LAYERS = [
      "fedclust.progress"},
     {"fedclust.algorithms"},
     {"fedclust.config", "fedclust.outputs", "fedclust.figures", "fedclust.report", "fedclust.checkpoint",
-     "fedclust.bench", "fedclust.tracking"},
+     "fedclust.tracking", "fedclust.evaluation", "fedclust.stopping"},
     {"fedclust.runner"},
-    {"fedclust.bench_rounds", "fedclust.bench_scale"},
+    {"fedclust.bench"},                       # the measurement tools: beside the CLI, above the product
     {"fedclust.cli", "fedclust.__main__"},
 ]
+TOOLS = ("fedclust.bench", "fedclust.cli", "fedclust.__main__")   # the top: nothing in the product imports them
 
 
 def _layer(module: str) -> int:
@@ -143,7 +144,9 @@ def _imports(path: Path):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedclust"):
             names = [f"{node.module}.{a.name}" for a in node.names]
             for full in names:
-                yield (full if full.replace(".", "/") + ".py" in _FILES else node.module), id(node) in top
+                path = full.replace(".", "/")   # a module, or a package (its __init__.py)
+                known = f"{path}.py" in _FILES or f"{path}/__init__.py" in _FILES
+                yield (full if known else node.module), id(node) in top
         elif isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.startswith("fedclust"):
@@ -164,3 +167,18 @@ def test_layers_import_downward_only_and_never_inside_functions():
                 continue   # the CLI imports subcommands when called; the registry walks its own package
             assert at_top, f"{module} imports {target} inside a function"
             assert _layer(target) <= here, f"{module} (layer {here}) imports {target} (layer {_layer(target)})"
+
+
+def _in(module: str, packages) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_nothing_in_the_product_imports_the_tools():
+    """The bench tools and the CLI sit on top: the runner, engine, algorithms,
+    data, ... import neither, not even inside a function."""
+    for rel in sorted(_FILES):
+        module = rel[:-3].replace("/", ".").removesuffix(".__init__")
+        if _in(module, TOOLS):
+            continue
+        for target, _ in _imports(ROOT / rel):
+            assert not _in(target, TOOLS), f"{module} imports {target}, a tool above the product"

@@ -1,8 +1,8 @@
 """Vectorized training engine: many clients' models as rows of one flat
 ``[C, P]`` buffer (:mod:`.layout`), functional forwards of the docs/algorithms.md
 models (:mod:`.functional`), local SGD, evaluation and cross-model losses
-for all clients at once (:mod:`.train`, :mod:`.pool`), and the plain per-client path they
-are checked against (:mod:`.reference`)."""
+for all clients at once (:mod:`.train`, :mod:`.pool`).  The plain per-client
+loop they are checked against is :mod:`fedclust.bench.reference`."""
 
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.pool import pool_losses

@@ -25,7 +25,6 @@ from pathlib import Path
 from fedclust import runner
 from fedclust.config import load_config
 from fedclust.dist import make_fabric
-from fedclust.runner import run
 
 DEFAULT_ALGORITHMS = "random,panm_grad,panm_loss"
 
@@ -38,7 +37,7 @@ def time_algorithm(config: str, name: str, rounds: int, stage1: int, overrides: 
         cfg = load_config(config or None, [f"algorithm.name={name}", f"rounds={rounds}", f"stage1_rounds={stage1}",
                                    "eval_every=1", "figures=false", "progress=false", f"out={out}", *overrides])
         with contextlib.redirect_stdout(sys.stderr):   # the run's own summary line
-            run(cfg, out)
+            runner.run(cfg)   # into cfg.out
         recs = [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines() if x.strip()]
     return {"stage1": [r["round_seconds"] for r in recs if 1 < r["round"] <= stage1],
             "stage2": [r["round_seconds"] for r in recs if r["round"] > stage1]}

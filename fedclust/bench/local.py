@@ -4,7 +4,7 @@ One round = 200 training images per client, 3 epochs, batch 128 (128 + 72),
 SGD lr 0.08 momentum 0.9, on random tensors of the real shapes: MLP on
 28x28x1, CNN on 32x32x3.  Each row is the vectorized engine
 (:func:`fedclust.engine.train.train_round`) or the plain per-client loop
-(:func:`fedclust.engine.reference.reference_train_round`); both start from
+(:func:`fedclust.bench.reference.reference_train_round`); both start from
 the same weights and batch orders.  Every row is timed as reported: one
 warm-up round, then the median of up to ``--repeats`` timed rounds (fewer
 when a round is slow).  ``--quick`` times fewer rows and clients, each row
@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from fedclust import rng
+from fedclust.bench.reference import reference_train_round
 from fedclust.engine.layout import ParamLayout
-from fedclust.engine.reference import reference_train_round
 from fedclust.engine.train import TrainSettings, train_round
 from fedclust.models import build_model
 

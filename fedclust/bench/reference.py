@@ -2,8 +2,9 @@
 per client, trained one client after the other on the same batches as
 :func:`fedclust.engine.train.train_round`.
 
-Only for tests (the vectorized engine must match it) and for
-``fedclust bench`` (the speed baseline); the runner never calls it.
+The engine's tests check the vectorized engine against it, and
+``fedclust bench`` times it as the speed baseline; the product never
+imports it.
 """
 
 from __future__ import annotations
