@@ -1,6 +1,6 @@
 """Functional forward passes of the docs/algorithms.md models on parameter dicts.
 
-Two forms:
+Two forward forms, and one backward:
 
 - :func:`forward_fn` — one client: ``params {name: [*shape]}``, ``x [B, *input]``
   → logits ``[B, K]``; the plain form of :mod:`fedclust.models`, usable
@@ -125,12 +125,7 @@ def dense_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Ten
     return losses
 
 
-DENSE_LAYERS = {"mlp": ("fc1", "fc2", "fc3"), "logreg": ("fc1",)}
-
-
-def mlp_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Tensor, beta: float) -> torch.Tensor:
-    """:func:`dense_momentum_grads_` of the MLP (fc1, fc2, fc3 with ReLU)."""
-    return dense_momentum_grads_(p, bufs, x, y, beta, DENSE_LAYERS["mlp"])
+DENSE_LAYERS = {"mlp": ("fc1", "fc2", "fc3"), "logreg": ("fc1",)}   # the layers dense_momentum_grads_ runs
 
 
 def logreg_forward(p: Params, x: torch.Tensor) -> torch.Tensor:

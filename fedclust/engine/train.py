@@ -36,13 +36,12 @@ from torch.func import grad
 from fedclust.engine.functional import (DENSE_LAYERS, activation_bytes, batched_forward_fn,
                                         dense_momentum_grads_, per_client_cross_entropy)
 from fedclust.engine.layout import ParamLayout
-from fedclust.errors import ConfigError
 
-# Clients trained at once on a CPU, measured with `fedclust bench` on 2
-# cores: small chunks keep each step's tensors cache-sized and below glibc's
-# mmap threshold (re-used, not page-faulted anew every step); larger ones
-# were slower.  On a GPU chunks are sized from memory instead.
-# logreg (610 parameters): chunks of 25-100 clients ran alike (about 0.5 s for 100 clients x 200 steps).
+# Clients trained at once on a CPU (`fedclust bench`, 2 cores): small chunks
+# keep each step's tensors cache-sized and below glibc's mmap threshold
+# (re-used, not page-faulted anew every step); larger ones are slower.  On a
+# GPU chunks are sized from memory instead.  logreg (610 parameters): chunks
+# of 25-100 clients run alike (about 0.5 s for 100 clients x 200 steps).
 CPU_CLIENT_CHUNK = {"logreg": 100, "mlp": 8, "cnn": 2}
 # Bytes of activations (plus weights, gradients, momentum) one chunk may use.
 CPU_EVAL_BYTES = 64 * 2**20
@@ -62,14 +61,15 @@ class TrainSettings:
     compile: bool = False  # torch.compile the torch.func gradient step (meant for GPUs; implies func)
 
     def __post_init__(self):
+        """Guards of the engine's API; a run's values come from the ``train``
+        section, checked with the config (:func:`fedclust.schema.validate_core`)."""
         if not self.lr > 0:
-            raise ConfigError("train.lr", self.lr, "use a positive learning rate, e.g. 0.08")
+            raise ValueError(f"TrainSettings.lr = {self.lr!r}: use a positive learning rate")
         if not 0 <= self.momentum < 1:
-            raise ConfigError("train.momentum", self.momentum, "use a momentum in [0, 1), e.g. 0.9")
-        if self.batch_size < 1:
-            raise ConfigError("train.batch_size", self.batch_size, "use a positive batch size, e.g. 128")
-        if self.epochs < 1:
-            raise ConfigError("train.local_epochs", self.epochs, "use at least 1 local epoch")
+            raise ValueError(f"TrainSettings.momentum = {self.momentum!r}: use a momentum in [0, 1)")
+        if self.batch_size < 1 or self.epochs < 1:
+            raise ValueError(f"TrainSettings.batch_size = {self.batch_size!r}, epochs = {self.epochs!r}: "
+                             "use at least 1 of each")
         if self.backprop not in ("auto", "func"):
             raise ValueError(f"TrainSettings.backprop = {self.backprop!r}: use 'auto' or 'func'")
         if self.client_chunk < 0:
