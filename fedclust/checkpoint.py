@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -30,14 +27,13 @@ import torch
 import yaml
 
 from fedclust.algorithms import registry
-from fedclust.errors import ConfigError, FedclustError
+from fedclust.errors import ConfigError
 from fedclust.outputs import RUN_FILES
 from fedclust.schema import CORE_KEYS
 
 FORMAT = 1
 DIRNAME = "checkpoints"
 KEEP = 2
-EXIT_REQUEUE = 75   # exit status of a run stopped by SIGUSR1/SIGTERM after its checkpoint (EX_TEMPFAIL)
 # Keys that may differ between a checkpoint's config and the resuming run's: run length and outputs.
 RESUMABLE_KEYS = ("rounds", "out", "label", "progress", "figures", "eval_every", "checkpoint_every", "resume", "overwrite",
                   "collective_timeout", "plugins", "wandb.")
@@ -196,75 +192,42 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
 
 
 # ----------------------------------------------------------------------------
-# Signals: SIGUSR1 / SIGTERM ask for a checkpoint and a clean stop
+# When to save
+
+CHECKPOINT_SECONDS = 300.0   # checkpoint_every=0: at least this long between checkpoints
 
 
-class StopRequest:
-    """Set by SIGUSR1 or SIGTERM; read at each round boundary."""
+class Checkpointer:
+    """Decides when the round loop saves, and saves: every
+    ``checkpoint_every`` rounds, or with 0 by the clock (every
+    :data:`CHECKPOINT_SECONDS` or 50x the last checkpoint's cost, whichever
+    is longer, so checkpoints take at most ~2% of the run); always after the
+    last round and when some rank asked (a stop signal, its clock ran out).
+    ``state.state_dict(s)`` gathers the state on every rank (rank 0 gets it)."""
 
-    SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+    def __init__(self, s, run_dir: str | Path):
+        self.s, self.run_dir = s, run_dir
+        self.every = s.cfg.checkpoint_every
+        self.last_time = time.monotonic()
+        self.last_cost = 0.0
+        self.last_path: Path | None = None
 
-    def __init__(self):
-        self.signal: int | None = None
-        self._previous: dict = {}
+    def clock_due(self) -> bool:
+        """This rank's clock has run out (checkpoint_every=0); the round's gather tells every rank."""
+        if self.every:
+            return False
+        return time.monotonic() - self.last_time >= max(CHECKPOINT_SECONDS, 50.0 * self.last_cost)
 
-    def install(self) -> "StopRequest":
-        for s in self.SIGNALS:
-            try:
-                self._previous[s] = signal.signal(s, self._handle)
-            except ValueError:   # not the main thread: signals cannot be caught here
-                pass
-        return self
+    def after_round(self, state, outcome) -> None:
+        t = state.round
+        if (t == self.s.cfg.rounds or outcome.stop or outcome.checkpoint_due
+                or (self.every > 0 and t % self.every == 0)):
+            self.write(state)
 
-    def _handle(self, signum, frame) -> None:
-        self.signal = signum
-
-    @property
-    def requested(self) -> bool:
-        return self.signal is not None
-
-    def restore(self) -> None:
-        for s, h in self._previous.items():
-            signal.signal(s, h)
-        self._previous = {}
-
-
-def slurm_job() -> str | None:
-    """The Slurm job to requeue: ``<array job>_<task>`` for an array task, else the job id; None outside Slurm."""
-    env = os.environ
-    if "SLURM_JOB_ID" not in env:
-        return None
-    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
-        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-    return env["SLURM_JOB_ID"]
-
-
-def requeue() -> str | None:
-    """``scontrol requeue`` this Slurm job (if in one); returns the job id, or
-    None outside Slurm.  A failing scontrol is reported, not raised: the
-    checkpoint is on disk either way."""
-    job = slurm_job()
-    if job is None:
-        return None
-    exe = shutil.which("scontrol")
-    if exe is None:
-        print(f"fedclust: cannot requeue Slurm job {job}: scontrol is not on PATH; resubmit it to continue",
-              file=sys.stderr)
-        return job
-    proc = subprocess.run([exe, "requeue", job], capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"fedclust: scontrol requeue {job} failed ({proc.stderr.strip()}); resubmit the job to continue",
-              file=sys.stderr)
-    return job
-
-
-class Stopped(FedclustError):
-    """The run stopped on request after writing its checkpoint."""
-
-    exit_code = EXIT_REQUEUE
-
-    def __init__(self, round_: int, signum: int | None, path: Path, job: str | None):
-        self.round, self.signal, self.path, self.job = round_, signum, path, job
-        name = signal.Signals(signum).name if signum else "a signal to another rank"
-        again = f"Slurm job {job} requeued" if job else "run the same command again to continue"
-        super().__init__(f"stopped on {name} after round {round_}; checkpoint {path}; {again}")
+    def write(self, state) -> None:
+        started = time.monotonic()
+        payload = self.s.collective(state.round, state.state_dict, self.s)
+        if payload is not None:
+            self.last_path = write(self.run_dir, state.round, payload)
+        self.last_cost = time.monotonic() - started
+        self.last_time = time.monotonic()

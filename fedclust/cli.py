@@ -85,8 +85,7 @@ def _run(args) -> int:
     from fedclust.runner import prepare, run
 
     cfg = load_config(args.config, args.overrides)
-    out = prepare(cfg)  # every check before any process group starts
-    run(cfg, out)
+    run(cfg, prepare(cfg))  # every check before any process group starts
     return 0
 
 
@@ -168,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return {"run": _run, "check": _check}[args.command](args)
     except FedclustError as exc:
-        code = getattr(exc, "exit_code", None)   # fedclust.checkpoint.Stopped: 75, run again to continue
+        code = getattr(exc, "exit_code", None)   # fedclust.stopping.Stopped: 75, run again to continue
         if code is not None:
             print(f"fedclust: {exc}", file=sys.stderr)
             return code

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedclust.checkpoint import EXIT_REQUEUE
+from fedclust.stopping import EXIT_REQUEUE
 from fedclust.errors import FedclustError
 
 from launch.grid import Point

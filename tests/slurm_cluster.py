@@ -29,7 +29,7 @@ def start() -> dict:
         pytest.skip(why)
     env = dict(os.environ, SLURM_CONF=str(CLUSTER_DIR / "slurm.conf"), OMP_NUM_THREADS="1",
                FEDCLUST_PYTHON=sys.executable)
-    env.pop("FEDCLUST_TEST_PAUSE_AFTER_ROUND", None)
+    env.pop("PAUSE_AFTER_ROUND", None)
     return env
 
 

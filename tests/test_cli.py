@@ -33,7 +33,7 @@ def test_help_says_where_runs_go_how_they_resume_and_the_exit_statuses(command, 
         assert "75 stopped by SIGUSR1 or SIGTERM after writing a checkpoint: run the same command again" in text
         # and a stopped run does exit with it
         from fedclust import cli
-        from fedclust.checkpoint import Stopped
+        from fedclust.stopping import Stopped
 
         def stopped(args):
             raise Stopped(7, 10, Path("runs/x/checkpoints/round-000007.pt"), None)

@@ -21,12 +21,14 @@ from fedclust.algorithms import registry
 from fedclust.config import load_config
 from fedclust.errors import ConfigError, DivergenceError
 from fedclust.runner import prepare, run
+from fedclust.stopping import EXIT_REQUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 from record import GOLDEN_OVERRIDES  # noqa: E402
 from run_files import results
 
+PAUSE_PLUGIN = "tests/plugins/pause_after_round.py"   # rank 0 waits after round KILL_AFTER (a round-end hook)
 KILL_AFTER = 5          # of 8 rounds; checkpoints every 2: the resume starts from round 4 and redoes round 5
 
 
@@ -73,8 +75,8 @@ def descendants(pid):
 def killed_run(nproc, name, out, *extra):
     """Launch the run, wait until rank 0 has finished round KILL_AFTER, then SIGKILL the job's whole
     process group (and every process it started), as a node failure or the scheduler would."""
-    proc = subprocess.Popen(command(nproc, overrides(name, out, *extra)), cwd=ROOT,
-                            env=env(FEDCLUST_TEST_PAUSE_AFTER_ROUND=str(KILL_AFTER)), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command(nproc, overrides(name, out, *extra, f"plugins=[{PAUSE_PLUGIN}]")), cwd=ROOT,
+                            env=env(PAUSE_AFTER_ROUND=str(KILL_AFTER)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     marker = Path(out) / ".paused"
     end = time.time() + 240
@@ -265,7 +267,7 @@ def test_signal_checkpoints_requeues_and_exits(tmp_path, sig):
     wait_for_lines(out / "metrics.jsonl", 3, proc)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == checkpoint.EXIT_REQUEUE, err[-3000:]
+    assert proc.returncode == EXIT_REQUEUE, err[-3000:]
     lines = (out / "metrics.jsonl").read_text().splitlines()
     stopped = [r for r, _ in checkpoint.candidates(out)][0]
     assert stopped == len(lines) < 400 and f"after round {stopped}" in err

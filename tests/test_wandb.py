@@ -17,6 +17,7 @@ import wandb_offline as wo
 from fedclust import checkpoint
 from fedclust.config import load_config
 from fedclust.outputs import default_out
+from fedclust.stopping import EXIT_REQUEUE
 from fedclust.tracking import init_kwargs, neighbour_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +114,8 @@ def test_killed_and_resumed_run_is_one_wandb_run_without_repeated_steps(tmp_path
     """SIGKILL after round 5 with the newest checkpoint at round 3: the resumed
     run redoes rounds 4 and 5 but does not log them again."""
     out = tmp_path / "run"
-    proc = fedclust(f"out={out}", "checkpoint_every=3", FEDCLUST_TEST_PAUSE_AFTER_ROUND="5")
+    proc = fedclust(f"out={out}", "checkpoint_every=3", "plugins=[tests/plugins/pause_after_round.py]",
+                    PAUSE_AFTER_ROUND="5")
     wait_for(out / ".paused", proc)
     end = time.time() + 60   # W&B's service writes the file asynchronously: wait for round 5 in it
     while not any(r["_step"] == 5 for f in wo.run_file(out) for r in wo.history(wo.records(f))):
@@ -139,8 +141,8 @@ def test_stopped_run_marks_the_wandb_run_preempting(tmp_path):
         assert proc.poll() is None and time.time() < end, proc.communicate()[1][-3000:]
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGUSR1)
-    finished(proc, rc=checkpoint.EXIT_REQUEUE)
+    finished(proc, rc=EXIT_REQUEUE)
     recs = wo.records(wo.run_file(out)[0])
     kinds = [r.WhichOneof("record_type") for r in recs]
     assert "preempting" in kinds
-    assert [r.exit.exit_code for r in recs if r.WhichOneof("record_type") == "exit"] == [checkpoint.EXIT_REQUEUE]
+    assert [r.exit.exit_code for r in recs if r.WhichOneof("record_type") == "exit"] == [EXIT_REQUEUE]

@@ -1,0 +1,136 @@
+"""What a run measures (docs/algorithms.md): the communication counters
+carried from round to round, the record of an evaluated round (gathered
+from every rank, no I/O), the run's summary and its one-line text."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from fedclust.dist import gather_rows
+from fedclust.engine.train import evaluate
+from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
+
+METRICS_PER_CLIENT = 6   # accuracy, loss, precision, recall, models received, most received in a round
+
+
+class Traffic:
+    """Communication in whole models: per own client received so far, the
+    server's totals, and the most any node received in a round."""
+
+    def __init__(self, clients: int, device):
+        self.received = torch.zeros(clients, dtype=torch.float64, device=device)
+        self.max_round = torch.zeros(clients, dtype=torch.float64, device=device)  # per own client
+        self.server_received = 0
+        self.server_sent = 0
+        self.server_max = 0
+
+    def add(self, result) -> None:
+        if result.received is not None:
+            r = result.received.to(self.received)
+            self.received += r
+            self.max_round = torch.maximum(self.max_round, r)
+        self.server_received += result.server_received
+        self.server_sent += result.server_sent
+        self.server_max = max(self.server_max, result.server_received)
+
+
+def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
+    """The round's metrics record and every client's neighbour lists
+    (``[n, n]`` bool, None for methods without lists), from one gather of
+    every rank's numbers."""
+    cfg, ctx, result, t = s.cfg, s.ctx, outcome.result, state.round
+    acc, loss = evaluate(state.flat, s.layout, s.arch, s.data.test_x, s.data.test_y)
+    C = len(ctx.client_ids)
+    lists = result.lists if result.lists is not None else torch.zeros(C, s.n, dtype=torch.bool,
+                                                                        device=state.flat.device)
+    precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
+    traffic = state.traffic
+    local = torch.stack([acc.double(), loss.double(), precision.double(), recall.double(),
+                         traffic.received.double(), traffic.max_round.double()], dim=1)
+    # One gather of bytes: the float64 numbers bit for bit, then the lists at one byte per entry (none if none).
+    numbers = local.contiguous().view(torch.uint8)
+    width = numbers.shape[1]
+    sent = torch.cat([numbers, lists.to(torch.uint8)], dim=1) if result.lists is not None else numbers
+    everyone = s.collective(t, gather_rows, s.fabric, sent, s.n)
+    values = everyone[:, :width].contiguous().view(torch.float64)
+    acc_all, loss_all, prec_all, rec_all, recv_all, maxr_all = (values[:, i].cpu() for i in range(METRICS_PER_CLIENT))
+    all_lists = everyone[:, width:].bool().cpu().numpy() if result.lists is not None else None
+    has_lists = all_lists is not None and bool(all_lists.any())   # Local's empty lists define no neighbours
+    clients_received = float(recv_all.sum())
+    # Every model a client receives was sent by a peer or the server; clients send one model per upload the
+    # server receives.
+    record = {
+        "round": t,
+        "stage": 1 if t <= cfg.stage1_rounds else 2,
+        "accuracy": 100.0 * float(acc_all.mean()),
+        "loss": float(loss_all.mean()),
+        "train_loss": float(outcome.all_loss.double().mean()),
+        "neighbor_precision": nanmean(prec_all) if has_lists else None,
+        "neighbor_recall": nanmean(rec_all) if has_lists else None,
+        # Theorem 1's quantity: the share of clients (with a list) whose listed neighbours are all same-cluster
+        "neighbor_all_same_share": nanmean((prec_all == 1.0).double().masked_fill(prec_all.isnan(), float("nan")))
+        if has_lists else None,
+        "models_received_total": clients_received + traffic.server_received,
+        "models_sent_total": clients_received + traffic.server_received,
+        "max_models_received_per_round": max(float(maxr_all.max()), float(traffic.server_max)),
+        "round_seconds": outcome.seconds,
+        "client_accuracy": [round(100.0 * float(a), 2) for a in acc_all],
+    }
+    if has_lists:
+        record.update(cluster_recovery(all_lists, ctx.clusters.cpu().numpy()))
+    elif result.assignment is not None:
+        labels = result.assignment.cpu().numpy()
+        record.update({"num_clusters": int(len(np.unique(labels))),
+                       "ari": adjusted_rand_index(ctx.clusters.cpu().numpy(), labels)})
+    return record, all_lists
+
+
+def summarize(s, history: list[dict], wall: float) -> dict:
+    """summary.json: what was run, the last and best rounds, the traffic, the time."""
+    cfg = s.cfg
+    final = history[-1]
+    best = max(history, key=lambda r: r["accuracy"])
+    return {
+        "algorithm": cfg.algorithm.name,
+        "label": cfg.label or cfg.algorithm.name,
+        "data": cfg.data.name,
+        "data_clusters": None if cfg.data.name == "synthetic" else cfg.data.clusters,   # synthetic: no such kind
+        "data_source": s.data.source,
+        "true_clusters": cfg.data.num_clusters,
+        "model": s.arch,
+        "clients": cfg.clients,
+        "rounds": cfg.rounds,
+        "stage1_rounds": s.stage1_end,
+        "train_size": cfg.data.train_size,
+        "test_size": cfg.data.test_size,
+        "seed": cfg.seed,
+        "final_accuracy": final["accuracy"],
+        "best_accuracy": best["accuracy"],
+        "best_round": best["round"],
+        "final_loss": final["loss"],
+        "rounds_completed": final["round"],
+        "neighbor_precision": final["neighbor_precision"],
+        "neighbor_recall": final["neighbor_recall"],
+        "num_clusters": final.get("num_clusters"),
+        "ari": final.get("ari"),
+        "models_sent_total": final["models_sent_total"],
+        "models_received_total": final["models_received_total"],
+        "max_models_received_per_round": final["max_models_received_per_round"],
+        "models_received_per_client": final["models_received_total"] / cfg.clients,
+        "wall_seconds": wall,
+        "mean_round_seconds": float(np.mean([r["round_seconds"] for r in history])),
+    }
+
+
+def summary_text(summary: dict, run_dir: str) -> str:
+    """The run's last line of output."""
+    def pct(v):
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}%"
+
+    s = summary
+    return (f"{s['algorithm']}: final accuracy {s['final_accuracy']:.2f}% (best {s['best_accuracy']:.2f}% in round "
+            f"{s['best_round']}), {s['rounds_completed']} rounds in {s['wall_seconds']:.1f}s; neighbour precision "
+            f"{pct(s['neighbor_precision'])}, recall {pct(s['neighbor_recall'])}; run directory {run_dir}")
