@@ -1,7 +1,8 @@
-"""The plug-in boundary: an algorithm defined outside fedclust runs through
-``fedclust run`` on 1 and 2 processes; every registered algorithm (taken
-from the registry) conforms to the base and runs on 2 processes as on 1;
-layers import downward only."""
+"""The plug-in boundary: an algorithm defined outside fedclust (the example,
+examples/threshold_gossip.py) runs through ``fedclust run`` on 1 and 2
+processes; every registered algorithm (taken from the registry) conforms to
+the base and runs on 2 processes as on 1; layers import downward only and
+nothing in the product imports the tools on top (bench, CLI)."""
 
 import ast
 import dataclasses
@@ -20,7 +21,8 @@ from fedclust.config import load_config
 from fedclust.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGIN = str(ROOT / "tests" / "plugins" / "threshold_gossip.py")
+PLUGIN = str(ROOT / "examples" / "threshold_gossip.py")           # the example the README points to
+FAILING = str(ROOT / "tests" / "plugins" / "failing_gossip.py")    # it, with a rank that raises
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 from record import GOLDEN_OVERRIDES  # noqa: E402
 
@@ -55,6 +57,18 @@ def test_an_outside_algorithm_runs_on_one_and_two_processes(tmp_path):
     assert e.value.field == "threshold_gossip.threshold"
     saved = load_config(tmp_path / "one" / "config.yaml")
     assert saved.threshold_gossip.threshold == 0.3
+
+
+def test_a_plugin_may_build_on_another():
+    """The failing test plug-in subclasses the example: loading both (in
+    either order, twice) registers each once; it shares the example's section."""
+    for plugins in (f"[{FAILING},{PLUGIN}]", f"[{PLUGIN},{FAILING}]"):
+        cfg = load_config(None, [f"plugins={plugins}", "algorithm.name=failing_gossip", "data.name=synthetic",
+                                 "threshold_gossip.threshold=0.2", "failing_gossip.rank=1", "failing_gossip.round=3"])
+        algo = registry.build(cfg)
+        assert isinstance(algo, registry.get("threshold_gossip")) and algo.gathers_before
+        assert (algo.section.threshold, algo.failing.rank, algo.failing.round) == (0.2, 1, 3)
+    assert {"threshold_gossip", "failing_gossip"} <= set(registry.names())
 
 
 def test_registry_refuses_duplicates_and_unknown_names():
