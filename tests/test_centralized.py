@@ -243,7 +243,7 @@ def test_cfl_object_splits_like_scipy_complete_linkage():
     updates = torch.cat([2 * e + 0.3 * torch.randn(4, P, generator=g), -2 * e + 0.3 * torch.randn(4, P, generator=g)])
     updates = updates[torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])]
     ctx = fake_ctx(n, P)
-    algo = cfl.Cfl(eps1=0.4, eps2=1.6, warmup=1, scale_to_model=False)
+    algo = cfl.Cfl(cfl.CflConfig(eps1=0.4, eps2=1.6, warmup=1, scale_to_model=False))
     state = algo.init(ctx)
     after = updates          # w0 = 0: the trained model is the update
     view = RoundView(round=1, before=torch.zeros(n, P), after=after, all_after=after)
@@ -275,7 +275,7 @@ def test_cfl_absent_members_of_a_split_pick_a_half_next_round():
     e = torch.zeros(P)
     e[0] = 2.0
     ctx = fake_ctx(n, P, seed=1)
-    algo = cfl.Cfl(eps1=0.4, eps2=1.6, warmup=1, scale_to_model=False, participation=0.5)
+    algo = cfl.Cfl(cfl.CflConfig(eps1=0.4, eps2=1.6, warmup=1, scale_to_model=False), participation=0.5)
     assert algo.gathers_before
     state = algo.init(ctx)
     state, _ = algo.aggregate(state, ctx, RoundView(round=1, before=torch.zeros(n, P), after=torch.zeros(n, P),
@@ -320,7 +320,7 @@ def test_cfl_thresholds_in_round1_units_and_the_bipartition_bound():
     first = 6.4 * torch.eye(P)[[0, 1, 0, 1]]                 # round 1: every update has norm 6.4 = 2 x 3.2
     ring = 4.0 * torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [-1.0, 0, 0], [0, -1.0, 0]])   # mean 0, norms 4
     for gamma, splits in ((0.5, 1), (0.75, 0)):   # best bipartition {0,1}|{2,3}: alpha_cross = 0, bound 0.707
-        algo = cfl.Cfl(eps1=0.4, eps2=1.6, gamma_max=gamma, warmup=1, scale_to_model=True)
+        algo = cfl.Cfl(cfl.CflConfig(eps1=0.4, eps2=1.6, gamma_max=gamma, warmup=1, scale_to_model=True))
         state = algo.init(ctx)
         state, _ = algo.aggregate(state, ctx, RoundView(round=1, before=torch.zeros(n, P), after=first,
                                                          all_after=first))

@@ -1,91 +1,13 @@
-"""CFL server math: Sattler, Müller & Samek, "Clustered Federated Learning:
-Model-Agnostic Distributed Multitask Optimization Under Privacy
-Constraints", IEEE TNNLS 2021, arXiv 1910.01991 (named in FedGroup paper and
-FPFC paper), as docs/algorithms.md fixes it.
-
-One model per cluster, starting with one cluster.  After the warm-up, a
-cluster c is split in two when both halves of the paper's test hold.
-
-1. The norm test (the paper's Algorithm 1, and the authors' reference code,
-   notebook ``clustered_federated_learning.ipynb``: ``mean_norm < EPS_1 and
-   max_norm > EPS_2 and len(idc) > 2 and c_round > 20``, with
-   ``Server.compute_mean_update_norm`` / ``compute_max_update_norm`` of
-   ``fl_devices.py``) — :func:`should_split`::
-
-       ‖ mean_{i∈c} Δθ_i ‖ < ε1    (the cluster's federated objective is near a
-                                     stationary point)
-       max_{i∈c} ‖Δθ_i‖   > ε2    (but some client is not: incongruent risks)
-       |c| > 2.
-
-2. The bipartition test (the paper's Algorithm 1; the reference code has no
-   such test): the bipartition ``c1, c2`` (below) is accepted only if its
-   largest cross-cluster similarity ``α_max^cross = max_{i∈c1, j∈c2} α_ij``
-   satisfies ``γ_max < sqrt((1 − α_max^cross) / 2)``
-   (:func:`separation_bound`, :func:`split_is_separated`).  ``γ_max`` bounds
-   the clients' relative gradient approximation error
-   ``γ_i = ‖∇r_i(θ*) − ∇R_{I(i)}(θ*)‖ / ‖∇R_{I(i)}(θ*)‖``: two congruent
-   clients whose updates are each within ``arcsin γ_max`` of their common
-   true gradient have cosine similarity at least ``1 − 2γ_max²``, so a
-   bipartition with ``α_max^cross < 1 − 2γ_max²`` (the same inequality) puts
-   no congruent pair on opposite sides.  ``γ_max = 0`` leaves only the norm
-   test, as the reference code.
-
-The split is the complete-linkage bipartition of the clients' pairwise cosine
-similarities ``α_ij = <Δθ_i, Δθ_j> / (‖Δθ_i‖‖Δθ_j‖ + 1e-12)`` (the reference
-code's ``pairwise_angles``, clustered by ``AgglomerativeClustering(
-linkage="complete")`` on ``−α``; here scipy's ``linkage(…, "complete")`` on
-``1 − α``, which orders every merge the same way).  Splits recurse over rounds,
-so the number of clusters is found, not given.
-
-The mean update is unweighted, as in the reference code; pass ``weights``
-(data sizes) for the paper's ``|D_i|/|D_c|`` weighting.
-
-Units of ε1 and ε2 (``cfl.scale_to_model``).  The reference code's
-ε1 = 0.4, ε2 = 1.6 are absolute update norms of its own set-up (its
-``ConvNet``, SGD lr 0.1 with momentum 0.9 decayed by 0.99 a round, one local
-epoch of batch 128 on ~800 images per client); update norms grow with the
-parameter count, the learning rate and the number of local steps, so those
-numbers mean nothing for another model.  Rule here
-(:func:`scaled_thresholds`): read ε1 and ε2 in units of the round-1 update
-norm — ``u_1 = mean_i ‖Δθ_i‖`` of round 1, where every client trains the
-same initial model, far from any stationary point — relative to the same
-quantity in the reference set-up, ``REFERENCE_ROUND1_NORM`` = 3.2::
-
-    ε1_eff = ε1 · u_1 / 3.2,      ε2_eff = ε2 · u_1 / 3.2.
-
-3.2 is the median of three measurements of the reference set-up's ``u_1``
-(2.3, 3.2, 4.4 over seeds: its clients differ in size, Dirichlet split)
-run on Fashion-MNIST standing in for EMNIST.  So the defaults read: split
-when the cluster's mean update has fallen below 1/8 of a round-1 update
-while some client still moves more than half as far as in round 1.  As in
-the reference code, the thresholds stay fixed while the learning rate
-decays (updates shrink with it, so late in training fewer clusters pass the
-``max > ε2`` half).  ``scale_to_model=false`` takes ε1, ε2 as absolute norms
-(0.4 and 1.6 are then the reference code's numbers).
-
-Round object :class:`Cfl` (``cfl``), below the math, as the authors'
-reference code runs a round: every cluster's clients train from the
-cluster model; the server computes each participant's update
-``Δθ_i = θ_i^after − θ_{c(i)}`` (it knows what it sent); after the warm-up
-(rounds ``t > warmup``) each cluster that passes :func:`should_split` on its
-participants' updates is bipartitioned, and the bipartition is kept if
-:func:`split_is_separated`; then every (new) cluster model becomes the mean
-of its participants' trained models (a cluster nobody of which took part
-keeps its model).  ``u_1`` is measured in round 1.
-
-Participation < 1 (the reference code has full participation): a split
-partitions the cluster's participants; its absent members become
-*pending* between the two halves and, in their next round, take the half
-whose model has the lower loss on their training data (the IFCA rule,
-``ctx.pair_loss``).  The server learns that choice from the model they
-started from, so with p < 1 the round gathers the start models too
-(``gathers_before``).
+"""CFL, Clustered Federated Learning (Sattler, Müller & Samek, IEEE TNNLS
+2021, arXiv 1910.01991), as the server algorithm ``cfl``: one model per
+cluster, starting with one; a cluster splits in two when its updates pass the
+norm test and the bipartition test, so the number of clusters is found, not
+given.  What fedclust runs, its keys and why: docs/algorithms.md, "CFL".
 """
 
 from __future__ import annotations
 
 import math
-import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,7 +25,7 @@ EPS = 1e-12  # as the CFL reference code: cos = <a,b> / (‖a‖‖b‖ + 1e-12)
 DEFAULT_EPS1 = 0.4
 DEFAULT_EPS2 = 1.6
 DEFAULT_GAMMA_MAX = 0.5
-REFERENCE_ROUND1_NORM = 3.2   # u_1 of the reference code's set-up (module docstring)
+REFERENCE_ROUND1_NORM = 3.2   # u_1 of the reference code's set-up (docs/algorithms.md, CFL, "Units")
 
 
 def update_norms(updates: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,11 +67,16 @@ def should_split(
     min_clients: int = 3,
     weights: torch.Tensor | None = None,
 ) -> bool:
-    """CFL's norm test for one cluster: ``‖mean Δθ‖ < ε1`` and
-    ``max ‖Δθ_i‖ > ε2`` and ``m ≥ min_clients`` (default 3: "more than 2
-    clients").  ``updates [m, P]`` are the cluster's client updates of this
-    round; a cluster with fewer than ``min_clients`` clients never splits
-    (returns False, also for m = 0)."""
+    """CFL's norm test for one cluster (the paper's Algorithm 1 and its
+    reference code)::
+
+        ‖mean_{i∈c} Δθ_i‖ < ε1   the cluster's objective is near a stationary point,
+        max_{i∈c} ‖Δθ_i‖  > ε2   but some client's is not (incongruent risks),
+        m ≥ min_clients          (default 3: "more than 2 clients").
+
+    ``updates [m, P]`` are the cluster's client updates of this round; a
+    cluster with fewer than ``min_clients`` clients never splits (returns
+    False, also for m = 0)."""
     check_thresholds(eps1, eps2)
     if updates.dim() != 2:
         raise ValueError(f"updates must be [m, P], got shape {tuple(updates.shape)}")
@@ -161,8 +88,9 @@ def should_split(
 
 def scaled_thresholds(round1_norm: float, eps1: float = DEFAULT_EPS1,
                       eps2: float = DEFAULT_EPS2) -> tuple[float, float]:
-    """ε1, ε2 scaled to the model (module docstring):
-    ``(ε1·s, ε2·s)`` with ``s = round1_norm / REFERENCE_ROUND1_NORM``.
+    """ε1, ε2 in units of the round-1 update (``cfl.scale_to_model``,
+    docs/algorithms.md): ``(ε1·s, ε2·s)`` with
+    ``s = round1_norm / REFERENCE_ROUND1_NORM``.
 
     ``round1_norm``: ``u_1``, the mean client update norm of round 1.
     """
@@ -177,7 +105,8 @@ def scaled_thresholds(round1_norm: float, eps1: float = DEFAULT_EPS1,
 
 def pairwise_cosine(updates: torch.Tensor) -> torch.Tensor:
     """``α_ij = <Δθ_i, Δθ_j> / (‖Δθ_i‖‖Δθ_j‖ + 1e-12)`` → ``[m, m]``
-    (CFL Eq. for the cosine similarity; 0 for a zero update)."""
+    (CFL's cosine similarity, the reference code's ``pairwise_angles``; 0 for
+    a zero update)."""
     if updates.dim() != 2:
         raise ValueError(f"updates must be [m, P], got shape {tuple(updates.shape)}")
     norms = updates.norm(dim=1)
@@ -190,7 +119,9 @@ def bipartition(similarity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     clients; ``idx_a`` holds client 0.
 
     scipy's ``linkage(squareform(1 − S), "complete")`` cut at 2 clusters
-    (``S`` symmetrised, distances clipped at 0, the diagonal 0).
+    (``S`` symmetrised, distances clipped at 0, the diagonal 0); it orders
+    every merge as the reference code's ``AgglomerativeClustering(
+    linkage="complete")`` on ``−S``.
     """
     m = similarity.shape[0]
     if similarity.dim() != 2 or similarity.shape != (m, m) or m < 2:
@@ -215,7 +146,14 @@ def cross_similarity(similarity: torch.Tensor, idx_a: torch.Tensor, idx_b: torch
 def separation_bound(alpha_cross: float) -> float:
     """``sqrt((1 − α_max^cross) / 2)``: the largest relative gradient error
     ``γ`` at which two congruent clients could still have cosine similarity
-    as low as ``α_max^cross`` (``cos(2·arcsin γ) = 1 − 2γ²``)."""
+    as low as ``α_max^cross``.
+
+    ``γ_i = ‖∇r_i(θ*) − ∇R_{I(i)}(θ*)‖ / ‖∇R_{I(i)}(θ*)‖`` is client i's
+    relative error against its cluster's true gradient.  Two congruent
+    clients whose updates are each within ``arcsin γ`` of their common true
+    gradient have cosine at least ``cos(2·arcsin γ) = 1 − 2γ²``, so a
+    bipartition whose ``α_max^cross < 1 − 2γ²`` (this bound above γ) puts
+    no congruent pair on opposite sides."""
     a = float(alpha_cross)
     if not -1.0 - 1e-6 <= a <= 1.0 + 1e-6:
         raise ValueError(f"alpha_cross is a cosine similarity in [-1, 1], got {a}")
@@ -224,7 +162,9 @@ def separation_bound(alpha_cross: float) -> float:
 
 def split_is_separated(alpha_cross: float, gamma_max: float) -> bool:
     """CFL Algorithm 1's test of a bipartition:
-    ``γ_max < sqrt((1 − α_max^cross) / 2)``."""
+    ``γ_max < sqrt((1 − α_max^cross) / 2)`` (:func:`separation_bound`);
+    ``γ_max = 0`` leaves the norm test alone, as the reference code (only
+    ``α_max^cross = 1`` fails it)."""
     check_gamma_max(gamma_max)
     return float(gamma_max) < separation_bound(alpha_cross)
 
@@ -283,13 +223,9 @@ class CflConfig:
 @register
 @dataclass
 class Cfl(Algorithm):
-    """CFL round (module docstring)."""
+    """CFL's round, as the authors' reference code runs it (docs/algorithms.md, "CFL")."""
 
-    eps1: float = DEFAULT_EPS1
-    eps2: float = DEFAULT_EPS2
-    gamma_max: float = DEFAULT_GAMMA_MAX
-    warmup: int = 20
-    scale_to_model: bool = True
+    cfl: CflConfig = field(default_factory=CflConfig)
     participation: float = 1.0
 
     name = "cfl"
@@ -299,14 +235,12 @@ class Cfl(Algorithm):
 
     @classmethod
     def from_config(cls, cfg) -> "Cfl":
-        return cls(**dataclasses.asdict(cfg.cfl), participation=cfg.participation)   # the section's fields are Cfl's
-
-    def __post_init__(self):
-        check_thresholds(self.eps1, self.eps2)
-        check_gamma_max(self.gamma_max)
+        return cls(cfg.cfl, cfg.participation)
 
     @property
     def gathers_before(self) -> bool:
+        """With participation < 1 the server reads off the start models which
+        half each pending client chose (:meth:`plan`)."""
         return self.participation < 1.0
 
     def init(self, ctx: Context) -> CflState:
@@ -315,62 +249,89 @@ class Cfl(Algorithm):
                         pending=torch.full((n,), -1, dtype=torch.int64, device=device), reference_norm=None, splits=[])
 
     def plan(self, state: CflState, ctx: Context, round_: int, models: torch.Tensor):
+        """Every client trains from its cluster's model; a pending client (absent
+        when its cluster split) first takes the half whose model has the lower
+        loss on its training data (IFCA's rule)."""
         labels, sibling = own(ctx, state.labels), own(ctx, state.pending)
-        waiting = (sibling >= 0).nonzero().flatten()
-        if waiting.numel():   # pending clients pick the half of lower training loss (module docstring)
+        rows = (sibling >= 0).nonzero().flatten()        # this rank's pending clients
+        if rows.numel():
             if ctx.pair_loss is None:
                 raise ValueError("CFL with participation < 1 needs ctx.pair_loss to place absent clients after a split")
-            loss_a = ctx.pair_loss(state.models[labels[waiting]], waiting)
-            loss_b = ctx.pair_loss(state.models[sibling[waiting]], waiting)
+            loss_a = ctx.pair_loss(state.models[labels[rows]], rows)
+            loss_b = ctx.pair_loss(state.models[sibling[rows]], rows)
             labels = labels.clone()
-            labels[waiting] = torch.where(loss_b < loss_a, sibling[waiting], labels[waiting])
+            labels[rows] = torch.where(loss_b < loss_a, sibling[rows], labels[rows])
         return state, RoundPlan(start=state.models[labels])
 
     def thresholds(self, reference_norm: float) -> tuple[float, float]:
         """This run's (ε1, ε2): the absolute values, or
         :func:`scaled_thresholds` of ``u_1 = reference_norm``."""
-        if not self.scale_to_model:
-            return self.eps1, self.eps2
-        return scaled_thresholds(reference_norm, self.eps1, self.eps2)
+        if not self.cfl.scale_to_model:
+            return self.cfl.eps1, self.cfl.eps2
+        return scaled_thresholds(reference_norm, self.cfl.eps1, self.cfl.eps2)
 
     def aggregate(self, state: CflState, ctx: Context, view: RoundView):
+        """Δθ_i of every participant against the model it was sent; after the
+        warm-up (rounds t > cfl.warmup) the splits (:meth:`split`); then each
+        cluster model becomes the mean of its participants' trained models (a
+        cluster none of whose clients took part keeps its model)."""
         t, after = view.round, view.all_after
-        labels, pending = state.labels.clone(), state.pending
-        waiting = pending >= 0
-        if bool(waiting.any()):   # the half each pending client started from
-            rows = view.all_before[waiting]
-            d_a = (rows - state.models[labels[waiting]]).pow(2).sum(dim=1)
-            d_b = (rows - state.models[pending[waiting]]).pow(2).sum(dim=1)
-            labels[waiting] = torch.where(d_b < d_a, pending[waiting], labels[waiting])
+        waiting = state.pending >= 0
+        labels = self.started_from(state, view.all_before, waiting)
         active = participants(ctx.seed, t, ctx.n, self.participation, after.device)
         # a participant receives its cluster model; a pending client both halves
         received = torch.where(waiting, 2.0, active.to(torch.float64))
-        pending = torch.full_like(pending, -1)
-        updates = after - state.models[labels]               # Δθ_i against the model the client was sent
+        updates = after - state.models[labels]
         reference = state.reference_norm
         if reference is None:                                # round 1: u_1
             reference = float(updates[active].norm(dim=1).mean())
-        models, splits, checks = state.models, list(state.splits), list(state.checks)
+        models, pending, splits, checks = state.models, torch.full_like(state.pending, -1), [], []
         # scaled thresholds with u_1 = 0 (nobody moved in round 1): nothing to split
-        if t > self.warmup and (not self.scale_to_model or reference > 0):
-            eps1, eps2 = self.thresholds(reference)
-            for c in range(models.shape[0]):                 # clusters, not clients
-                members = (labels == c) & active
-                if not should_split(updates[members], eps1, eps2):
-                    continue
-                idx = members.nonzero().flatten()
-                side, alpha_cross = split_cluster(updates[idx])
-                accepted = split_is_separated(alpha_cross, self.gamma_max)
-                checks.append((t, c, alpha_cross, accepted))
-                if not accepted:
-                    continue
-                new = models.shape[0]
-                labels[idx[side]] = new
-                absent = (labels == c) & ~active
-                pending = torch.where(absent, torch.full_like(pending, new), pending)
-                models = torch.cat([models, models[c:c + 1]])
-                splits.append((t, c, new))
+        if t > self.cfl.warmup and (not self.cfl.scale_to_model or reference > 0):
+            models, labels, pending, splits, checks = self.split(t, models, labels, updates, active, reference)
         models = cluster_average(after[active], labels[active], models.shape[0], models)
-        state = CflState(models=models, labels=labels, pending=pending, reference_norm=reference, splits=splits,
-                         checks=checks)
+        state = CflState(models=models, labels=labels, pending=pending, reference_norm=reference,
+                         splits=[*state.splits, *splits], checks=[*state.checks, *checks])
         return state, server_result(ctx, models[own(ctx, labels)], labels, received, int(active.sum()))
+
+    @staticmethod
+    def started_from(state: CflState, all_before: torch.Tensor | None, waiting: torch.Tensor) -> torch.Tensor:
+        """int64 ``[n]``: every client's cluster this round; a pending client's
+        (``waiting``) is the half whose model it started from (the model in
+        ``all_before`` nearest to it)."""
+        labels = state.labels.clone()
+        if bool(waiting.any()):
+            rows = all_before[waiting]
+            d_a = (rows - state.models[labels[waiting]]).pow(2).sum(dim=1)
+            d_b = (rows - state.models[state.pending[waiting]]).pow(2).sum(dim=1)
+            labels[waiting] = torch.where(d_b < d_a, state.pending[waiting], labels[waiting])
+        return labels
+
+    def split(self, t: int, models: torch.Tensor, labels: torch.Tensor, updates: torch.Tensor,
+              active: torch.Tensor, reference: float):
+        """Round t's splits: every cluster (as it was when the round began) whose
+        participants pass :func:`should_split` is bipartitioned, and the
+        bipartition kept if :func:`split_is_separated`.  A split partitions
+        the cluster's participants; its absent members become pending between
+        the two halves.  Returns the new ``(models, labels, pending)`` and this
+        round's records for ``CflState.splits`` and ``CflState.checks``."""
+        labels, pending = labels.clone(), torch.full_like(labels, -1)
+        splits, checks = [], []
+        eps1, eps2 = self.thresholds(reference)
+        for c in range(models.shape[0]):                     # clusters, not clients
+            members = (labels == c) & active
+            if not should_split(updates[members], eps1, eps2):
+                continue
+            idx = members.nonzero().flatten()
+            side, alpha_cross = split_cluster(updates[idx])
+            accepted = split_is_separated(alpha_cross, self.cfl.gamma_max)
+            checks.append((t, c, alpha_cross, accepted))
+            if not accepted:
+                continue
+            new = models.shape[0]
+            labels[idx[side]] = new
+            absent = (labels == c) & ~active
+            pending = torch.where(absent, torch.full_like(pending, new), pending)
+            models = torch.cat([models, models[c:c + 1]])
+            splits.append((t, c, new))
+        return models, labels, pending, splits, checks
