@@ -20,8 +20,7 @@ SAME_ENV = (ENV["torch"] == torch.__version__
 NAMES = sorted(p.stem for p in GOLDEN.glob("*.jsonl"))
 
 
-# ARI is torchmetrics' adjusted_rand_score since the refactor (the golden files were recorded with the earlier
-# hand-written contingency-table formula): the same formula summed in another order, equal to 1e-12.
+# ARI: the golden files hold the same formula summed in another order; equal to 1e-12.
 LAST_BIT = ("ari",)
 
 
