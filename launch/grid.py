@@ -12,6 +12,15 @@ from pathlib import Path
 from fedclust.errors import FedclustError
 
 
+def refuse_out(key: str, where: str, named_by: str, fix: str) -> None:
+    """The launchers name every run's directory themselves, so a key ``out``
+    (or ``out.*``) given to them is refused: ``where`` it was written,
+    ``named_by`` whom the directory is named by instead, ``fix`` what to do."""
+    key = key.strip()
+    if key == "out" or key.startswith("out."):
+        raise FedclustError(f"{where}: each point's run directory is named by {named_by}; {fix}")
+
+
 @dataclass(frozen=True)
 class Point:
     """One run of a grid: its overrides (the grid's values) and directory."""
@@ -70,9 +79,7 @@ def parse_axes(specs: list[str]) -> list[tuple[str, list[str]]]:
             raise FedclustError(f"--grid {spec!r}: write each axis as KEY=V1,V2,... (e.g. seed=0,1,2), with no empty value")
         if key in {k for k, _ in axes}:
             raise FedclustError(f"--grid: key {key!r} is given twice; put all its values in one axis ({key}=V1,V2)")
-        if key == "out":
-            raise FedclustError("--grid out=...: each point's run directory is named by the grid; set the grid's "
-                                "folder with --out instead")
+        refuse_out(key, f"--grid {key}=...", "the grid", "set the grid's folder with --out instead")
         if len(set(items)) != len(items):
             raise FedclustError(f"--grid {spec!r}: a value is repeated; give each value once")
         axes.append((key, items))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from fedclust.errors import FedclustError
 
-from launch.grid import Point, expand, parse_axes
+from launch.grid import Point, expand, parse_axes, refuse_out
 from launch.jobs import (ACTIVE_STATES, TIME_FORMS, Ledger, Resources, format_time, job_state, parse_time,
                          run_local, submit_slurm, wait_for)
 
@@ -97,8 +97,7 @@ def submit_points(config: str | None, points: list[Point], root: Path, overrides
     res.check()
     fixed = list(overrides)
     for o in fixed:
-        if o.startswith("out="):
-            raise FedclustError(f"{o}: each grid point's run directory is named by the grid; set the grid's folder with --out")
+        refuse_out(o.partition("=")[0], o, "the grid", "set the grid's folder with --out")
     root = Path(root)
     check_points(config, fixed, points, None if local else res.gpus)
     ledger = Ledger(root)

@@ -62,7 +62,7 @@ import yaml
 
 from fedclust.errors import FedclustError
 
-from launch.grid import Point, dir_name
+from launch.grid import Point, dir_name, refuse_out
 from launch.submit import HelpFormatter, add_launch_args, launched, resources_from_args, submit_points
 
 # The top-level keys of a W&B sweep file (W&B refuses others).
@@ -137,9 +137,7 @@ def parse_parameter(name: str, spec: Any) -> Parameter:
     ``value`` (constant), ``min``/``max`` (int_uniform when both are integers,
     else uniform), or an explicit ``distribution``."""
     where = f"parameter {name!r}"
-    if name == "out" or name.startswith("out."):
-        raise FedclustError(f"{where}: each point's run directory is named by launch.sweep (W&B's agent: by the "
-                            "sweep and run id); remove 'out' from the parameters")
+    refuse_out(name, where, "launch.sweep (W&B's agent: by the sweep and run id)", "remove 'out' from the parameters")
     if not isinstance(spec, dict):
         raise FedclustError(f"{where}: write it as a mapping, e.g. 'values: [1, 2]' or 'value: 1'")
     if "parameters" in spec:
@@ -236,9 +234,8 @@ def fedclust_words(command: Any, path) -> tuple[str | None, list[str]]:
     for w in rest:
         if "=" not in w or w.startswith("-"):
             raise FedclustError(f"{path}: command word {w!r} after 'fedclust run CONFIG' is not a KEY=VALUE override")
-        if w.split("=", 1)[0].strip() == "out":
-            raise FedclustError(f"{path}: {w}: each point's run directory is named by launch.sweep (W&B's agent: "
-                                "runs/sweeps/<sweep id>/<run id>); remove out= from the command")
+        refuse_out(w.split("=", 1)[0], f"{path}: {w}", "launch.sweep (W&B's agent: runs/sweeps/<sweep id>/<run id>)",
+                   "remove out= from the command")
     return config, rest
 
 

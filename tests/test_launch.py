@@ -30,7 +30,7 @@ def test_expand_is_the_product_in_order_with_named_dirs(tmp_path):
 
 @pytest.mark.parametrize("spec, words", [
     (["seed"], "KEY=V1,V2"), (["seed=0,,1"], "no empty value"), (["seed=0", "seed=1"], "given twice"),
-    (["out=a,b"], "--out"), (["seed=1,1"], "repeated"),
+    (["out=a,b"], "--out"), (["out.x=a"], "--grid out.x=.*--out"), (["seed=1,1"], "repeated"),
 ])
 def test_bad_axes_are_refused_naming_the_fix(spec, words):
     with pytest.raises(FedclustError, match=words):
@@ -42,8 +42,9 @@ def test_every_point_is_checked_before_anything_runs(tmp_path):
         submit.submit_grid("configs/synthetic_cluster4.yaml", ["seed=1", "algorithm.name=local,lcal"],
                            out=str(tmp_path), local=True, echo=lambda *_: None)
     assert list(tmp_path.iterdir()) == []
-    with pytest.raises(FedclustError, match="--out"):
-        submit.submit_grid("configs/synthetic_cluster4.yaml", ["seed=1"], ["out=x"], out=str(tmp_path))
+    for fixed in ("out=x", " out =x"):
+        with pytest.raises(FedclustError, match="named by the grid; set the grid's folder with --out"):
+            submit.submit_grid("configs/synthetic_cluster4.yaml", ["seed=1"], [fixed], out=str(tmp_path))
     with pytest.raises(FedclustError, match="--signal-seconds 7200"):
         submit.submit_grid("configs/synthetic_cluster4.yaml", ["seed=1"], out=str(tmp_path),
                            resources=jobs.Resources(time_min=60, signal_seconds=7200))

@@ -214,6 +214,7 @@ def test_bayes_is_refused_naming_the_fix(tmp_path):
     ({"seed": {"values": [1, 1]}}, "'seed'.*repeated"),
     ({"algorithm": {"parameters": {"k": {"values": [3, 5]}}}}, "'algorithm'.*one dotted name .*algorithm.k"),
     ({"out": {"values": ["a", "b"]}}, "'out'.*remove 'out'"),
+    ({"out.x": {"value": "a"}}, "'out.x'.*named by launch.sweep.*remove 'out'"),
     ({"seed": 3}, "'seed'.*mapping"),
     ({"train.lr": {"distribution": "uniform", "min": 0.1, "max": 0.2, "q": 2}}, "uniform takes max, min, not q"),
 ])
@@ -233,6 +234,7 @@ def test_grid_refuses_a_continuous_distribution(tmp_path):
     (["python", "-m", "fedclust", "run", "c.yaml", "${args}"], r"\$\{args_no_hyphens\}.*--key=value"),
     (["python", "train.py", "${args_no_hyphens}"], "runs no 'fedclust run'"),
     (["python", "-m", "fedclust", "run", "c.yaml", "out=x", "${args_no_hyphens}"], "out=x.*remove out="),
+    (["python", "-m", "fedclust", "run", "c.yaml", "out.x=y", "${args_no_hyphens}"], "out.x=y.*remove out="),
     (["python", "-m", "fedclust", "run", "c.yaml", "--verbose", "${args_no_hyphens}"], "'--verbose'.*KEY=VALUE"),
 ])
 def test_bad_commands_are_refused(tmp_path, words, message):
