@@ -1,4 +1,8 @@
-"""An algorithm that is not part of fedclust, registered from outside
+"""To be deleted: kept only while tests/test_resume.py's failing-rank test
+names it; that test's plug-in is now tests/plugins/failing_gossip.py (the
+example examples/threshold_gossip.py with a rank that raises).
+
+An algorithm that is not part of fedclust, registered from outside
 (``plugins=[tests/plugins/threshold_gossip.py]``): each round every client
 averages with all peers whose PANMGrad similarity (the cosine mix of PANM
 paper Eq. 6, alpha = ``algorithm.alpha``) exceeds ``threshold_gossip.threshold``.
