@@ -406,7 +406,7 @@ def test_fpfc_object_against_the_literal_algorithm():
     n, P = 5, 4
     g = torch.Generator().manual_seed(6)
     ctx = fake_ctx(n, P, client_ids=torch.tensor([1, 2, 3]))
-    algo = fpfc.Fpfc(lam=0.5, a=3.7, xi=0.25, rho=5.0, nu=0.25, scale_to_model=True)   # rho > 2 lam/xi = 4
+    algo = fpfc.Fpfc(fpfc.FpfcConfig(lam=0.5, a=3.7, xi=0.25, rho=5.0, nu=0.25, scale_to_model=True))   # rho > 2 lam/xi = 4
     state = algo.init(ctx)
     centres = torch.tensor([[1.0, 0, 0, 0], [-1.0, 0, 0, 0]])
     after = centres[torch.tensor([0, 0, 1, 1, 1])] + 0.05 * torch.randn(n, P, generator=g)

@@ -7,6 +7,7 @@ import torch
 from scipy.optimize import minimize
 
 from fedclust.algorithms import fpfc
+from fedclust.config import load_config
 from fedclust.errors import ConfigError
 
 LAM, A, XI, RHO = 1.0, 3.7, 0.2, 12.0
@@ -230,12 +231,12 @@ def test_check_theorem1_names_field_value_and_fix():
     assert "fpfc.rho" in text and "10" in text and "Theorem 1" in text and "raise fpfc.rho" in text
     with pytest.raises(ConfigError, match="xi"):
         fpfc.check_theorem1(1.0, 3.7, 1.0, 50.0)                                  # xi < lam
-    with pytest.raises(ConfigError, match="fpfc.rho"):
-        fpfc.Fpfc(lam=0.5, a=3.7, xi=0.05, rho=1.0)                               # the old default broke it
+    with pytest.raises(ConfigError, match="fpfc.rho"):                            # 2 lam/xi = 20 > rho
+        load_config(None, ["algorithm.name=fpfc", "data.name=synthetic", "clients=8", "fpfc.lam=0.5",
+                           "fpfc.xi=0.05", "fpfc.rho=1.0"])
 
 
 def test_default_config_satisfies_theorem1():
-    from fedclust.config import load_config
     from fedclust.algorithms.fpfc import FpfcConfig
 
     f = FpfcConfig()

@@ -1,80 +1,14 @@
-"""FPFC server math (docs/algorithms.md; FPFC paper, Yu, Liu, Sun & Wang, AAAI 2023
-student abstract, "Clustered Federated Learning for Heterogeneous Data").
-
-Objective (FPFC paper "Approach"):
-    min_ω  Σ_i f_i(ω_i) + 1/(2m) Σ_i Σ_j g(‖ω_i − ω_j‖, λ)
-with g the SCAD penalty ``P_a(t, λ)`` (Fan & Li 2001) and, for the
-algorithm, its smooth surrogate ``P̃_a(t, λ)`` (quadratic for |t| ≤ ξ < λ).
-
-Algorithm 1 (Douglas-Rachford / ADMM over ``θ_ij = ω_i − ω_j``), with m
-clients, step k, participating set A_k:
-  local (client i ∈ A_k, T_i steps):  ω ← ω − α[∇f_i(ω) + ρ(ω − ζ_i^k)]
-      → :func:`fedclust.algorithms.fedavg.prox_grad` with anchor ζ, μ = ρ;
-  server, for pairs i < j:
-      δ_ij = ω_i − ω_j + v_ij/ρ
-      θ_ij = argmin_θ g̃(‖θ‖) + ρ/2 ‖δ_ij − θ‖²   (closed form: :func:`theta_update`)
-      v_ij ← v_ij + ρ(ω_i − ω_j − θ_ij);  θ_ji = −θ_ij,  v_ji = −v_ij;
-  every i:  ζ_i = 1/m Σ_j (ω_j + θ_ij − v_ij/ρ)            (:func:`zeta`)
-  at the end: i ~ j when ‖θ_ij‖ ≤ ν (ν ∈ [ξ, 0.5]); clusters are the
-  connected components (:func:`clusters_from_theta`), cluster model
-  ``α̂_l = Σ_{i∈G_l} n_i ω_i / Σ n_i`` (:func:`cluster_models`).
-  Init: ω_i^0 all equal, ζ_i^0 = ω_i^0, θ^0 = 0, v^0 = 0.
-
-Consistency note: the local step uses ρ(ω_i − ζ_i), not mρ(ω_i − ζ_i), and
-the θ-step has no 1/m; both follow when the augmented Lagrangian's pair terms
-carry the objective's 1/m, i.e. ``1/m Σ_{i<j} [g + <v, ω_i−ω_j−θ> + ρ/2‖·‖²]``.
-
-Closed-form θ-step.  g̃ depends on ‖θ‖ only, so ``θ = s·δ/‖δ‖`` with
-``s = argmin_{s≥0} g̃(s) + ρ/2 (r − s)²``, ``r = ‖δ‖``.  For ``ρ(a−1) > 1`` the
-1-D problem is strictly convex and, solving each piece of g̃,
-    r ≤ ξ + λ/ρ:            s = r / (1 + λ/(ρξ))
-    ξ + λ/ρ < r ≤ λ + λ/ρ:  s = r − λ/ρ
-    λ + λ/ρ < r ≤ aλ:       s = (ρ(a−1) r − aλ) / (ρ(a−1) − 1)
-    r > aλ:                 s = r
-(continuous at every knot).  The theorem's ρ > max(2λ/ξ, 2/(a−1), …) implies
-ρ(a−1) > 1; the math functions need only that weaker condition, the round
-object and the config enforce the theorem's hyperparameter part
-ρ > max(2λ/ξ, 2/(a−1)) with 0 < ξ < λ (:func:`check_theorem1`).
-
-Ambiguity resolved: Algorithm 1 updates pairs with both ends in A_k and
-keeps pairs with both ends outside; a mixed pair is not covered.  Here
-every pair with at least one end in A_k is updated (the server holds every
-ω_j; an absent client's is unchanged), so the "keep" rule applies exactly to
-pairs with both ends outside.  With full participation both readings agree.
-
-Memory.  The pairwise state is θ and v for the E = n(n−1)/2 pairs i < j,
-``[E, P]`` each (never ``[n, n, P]``): ``pairwise_state_bytes(n, P)`` =
-``n(n−1)·P·dtype_bytes`` (n = 100, P = 199 210 float32: 7.9 GB).  Updates
-and ζ run in chunks of pairs, so the transient memory is a few
-``chunk × P`` buffers.  (v could be dropped: after a step both θ and v are
-multiples of δ, ``v/ρ = (1/t − 1)·θ`` with ``t = s/r ≥ 1/(1 + λ/(ρξ)) > 0``,
-so storing θ and one scalar t per pair would halve the state.  Not done:
-the literal form is easier to check.)
-
-Round object :class:`Fpfc` (``fpfc``), below the math: the server keeps
-every client's latest ω ``[n, P]``, θ and v ``[E, P]`` and ζ (replicated
-on every rank, computed from the gathered ω alone).  Plan: client i
-trains from its own ω_i with the proximal term ``ρ/2‖ω − ζ_i‖²`` (anchor
-ζ_i, μ = ρ; Algorithm 1 step 3).  Aggregate: participants' ω are replaced
-by their trained models, then :func:`server_update_` and :func:`zeta`.
-Clusters are read off every round (the paper reads them at the end; the
-per-round read-off is what the metrics report) and a client holds, and
-is evaluated with, its cluster's model ``α̂_l`` (docs/algorithms.md).
-
-Scale (not in the paper, whose experiments use a 610-parameter linear
-model): λ, ξ and ν are distances in parameter space, so the same values
-mean "fused" for a small model and "far apart" for a large one.  The
-θ-step is scale-equivariant — ``theta_shrink(r; sλ, a, sξ, ρ) =
-s·theta_shrink(r/s; λ, a, ξ, ρ)`` — so with ``scale_to_model`` the
-configured λ, ξ and ν are read in units of ``u_1``, the participants'
-mean update norm ``mean_i ‖ω_i^1 − ω_i^0‖`` of round 1 (as CFL's
-thresholds, ``cfl.py``): the server uses ``u_1·λ``, ``u_1·ξ``, ``u_1·ν``.
+"""FPFC, clustered federated learning by nonconvex pairwise fusion (Yu, Liu,
+Sun & Wang, AAAI 2023 student abstract; full version arXiv 2211.04218), as
+the server algorithm ``fpfc``: ADMM on ``Σ_i f_i(ω_i) + 1/(2m) Σ_{i,j}
+g(‖ω_i − ω_j‖, λ)`` with g the SCAD penalty, over the pairwise differences
+``θ_ij = ω_i − ω_j``; clients whose ``‖θ_ij‖ ≤ ν`` share a cluster.  What
+fedclust runs, its keys and why: docs/algorithms.md, "FPFC".
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -95,7 +29,9 @@ CHUNK_ELEMENTS = 2**24      # pairs per chunk × P at most this (64 MB per float
 
 
 def check_penalty(lam: float, a: float, xi: float | None = None, rho: float | None = None) -> None:
-    """λ > 0, a > 1, 0 < ξ < λ, ρ(a − 1) > 1 (the θ-step's uniqueness)."""
+    """λ > 0, a > 1, 0 < ξ < λ, ρ(a − 1) > 1 (the θ-step's uniqueness,
+    :func:`theta_shrink`): what the math functions need.  A run's
+    hyperparameters must satisfy the stronger :func:`check_theorem1`."""
     if not (float(lam) > 0 and float(lam) < float("inf")):
         raise ConfigError("fpfc.lam", lam, "SCAD fusion weight lambda must be finite and > 0")
     if not (float(a) > 1 and float(a) < float("inf")):
@@ -111,23 +47,24 @@ def check_penalty(lam: float, a: float, xi: float | None = None, rho: float | No
 def theorem1_rho_bound(lam: float, a: float, xi: float) -> float:
     """The part of FPFC paper Theorem 1's lower bound on ρ that the
     hyperparameters fix: ``max(2λ/ξ, 2/(a − 1))``.  (Its other terms,
-    ``L_f/(1 − 2c^{T/2})`` and ``L_−``, need the loss's smoothness constants;
-    see README.)  Scale-free: λ and ξ scaled alike leave it unchanged."""
+    ``L_f/(1 − 2c^{T/2})`` and ``L_−``, need the loss's smoothness constants,
+    docs/algorithms.md.)  Scale-free: λ and ξ scaled alike leave it unchanged."""
     return max(2.0 * float(lam) / float(xi), 2.0 / (float(a) - 1.0))
 
 
-def check_theorem1(lam: float, a: float, xi: float, rho: float, prefix: str = "fpfc") -> None:
+def check_theorem1(lam: float, a: float, xi: float, rho: float) -> None:
     """Refuse hyperparameters outside FPFC paper Theorem 1: λ > 0, a > 1,
     0 < ξ < λ and ``ρ > max(2λ/ξ, 2/(a − 1))`` (ConfigError naming the
-    field, the value and the fix)."""
+    field, the value and the fix).  ``ρ > 2/(a − 1)`` implies the θ-step's
+    ``ρ(a − 1) > 1``."""
     check_penalty(lam, a, xi)
     bound = theorem1_rho_bound(lam, a, xi)
     if not (float(rho) > bound and float(rho) < float("inf")):
         raise ConfigError(
-            f"{prefix}.rho", rho,
+            "fpfc.rho", rho,
             f"FPFC paper Theorem 1 needs rho > max(2*lam/xi, 2/(a-1)) = max({2 * lam / xi:.4g}, "
-            f"{2 / (a - 1):.4g}) = {bound:.4g} for lam = {lam}, xi = {xi}, a = {a}; raise {prefix}.rho above "
-            f"{bound:.4g}, or raise {prefix}.xi (at most lam) to lower the bound")
+            f"{2 / (a - 1):.4g}) = {bound:.4g} for lam = {lam}, xi = {xi}, a = {a}; raise fpfc.rho above "
+            f"{bound:.4g}, or raise fpfc.xi (at most lam) to lower the bound")
 
 
 def scad(t: torch.Tensor, lam: float, a: float) -> torch.Tensor:
@@ -153,7 +90,21 @@ def scad_surrogate(t: torch.Tensor, lam: float, a: float, xi: float) -> torch.Te
 
 def theta_shrink(r: torch.Tensor, lam: float, a: float, xi: float, rho: float) -> torch.Tensor:
     """The norm of the θ-step's solution, ``s = argmin_{s≥0} P̃_a(s, λ) + ρ/2 (r − s)²``,
-    for ``r = ‖δ‖ ≥ 0`` (module docstring's four pieces), elementwise."""
+    for ``r = ‖δ‖ ≥ 0``, elementwise.
+
+    P̃ depends on ‖θ‖ only, so the θ-step's solution is ``s·δ/‖δ‖``
+    (:func:`theta_update`).  For ``ρ(a − 1) > 1`` this 1-D problem is
+    strictly convex and, solving each piece of P̃::
+
+        r ≤ ξ + λ/ρ:            s = r / (1 + λ/(ρξ))
+        ξ + λ/ρ < r ≤ λ + λ/ρ:  s = r − λ/ρ
+        λ + λ/ρ < r ≤ aλ:       s = (ρ(a−1) r − aλ) / (ρ(a−1) − 1)
+        r > aλ:                 s = r
+
+    continuous at every knot.  Scale-equivariant:
+    ``theta_shrink(r; sλ, a, sξ, ρ) = s·theta_shrink(r/s; λ, a, ξ, ρ)``
+    (what ``fpfc.scale_to_model`` rests on).
+    """
     check_penalty(lam, a, xi, rho)
     c = rho * (a - 1)
     return torch.where(
@@ -221,8 +172,11 @@ def server_update_(
 
     ``omega [n, P]``: every client's current ω (ω^{k+1} for i ∈ A_k, ω^k
     otherwise).  ``active`` bool ``[n]`` (None: everyone): pairs with at least
-    one active end are updated, the others kept (module docstring).  Pairs go
-    in chunks of ``chunk_pairs`` (default: ``CHUNK_ELEMENTS // P``).
+    one active end are updated, the others kept (docs/algorithms.md, FPFC,
+    partial participation).  Pairs go in chunks of ``chunk_pairs`` (default:
+    ``CHUNK_ELEMENTS // P``), so the transient memory is a few
+    ``chunk × P`` buffers.  Only pairs i < j are stored: ``θ_ji = −θ_ij``,
+    ``v_ji = −v_ij``.
     """
     check_penalty(lam, a, xi, rho)
     n, P = omega.shape
@@ -347,16 +301,7 @@ def check_fpfc_memory(cfg, available: tuple[int, str] | None = None) -> None:
 
 @dataclass
 class FpfcConfig:
-    """The ``fpfc`` section.
-
-    FPFC paper gives no values for lambda, xi, rho; it asks nu in [xi, 0.5] and uses SCAD's a.  Its Theorem 1
-    needs rho > max(2*lam/xi, 2/(a-1), ...), enforced (:func:`check_theorem1`).  lam/xi fixes the bound:
-    lam/xi = 4 gives rho > 8, and rho = 10 keeps the local proximal step stable at the default lr (0.08,
-    momentum 0.9: lr*rho = 0.8; rho = 20 diverged).  nu = xi, the lower end of the paper's range.  lam = 2
-    units of round 1's update (about 0.6 in absolute units on Synthetic): on configs/synthetic_cluster4.yaml
-    with data.synthetic_inputs=shared these find the 4 clusters (ARI 1); with FedProx's per-client inputs no
-    setting tried does (docs/algorithms.md, FPFC).
-    """
+    """The ``fpfc`` section; why the defaults: docs/algorithms.md, FPFC, "Defaults from Theorem 1"."""
 
     lam: float = option(2.0, "lambda of the SCAD fusion penalty, > 0")
     a: float = option(3.7, "SCAD's a, > 1 (Fan & Li 2001: 3.7)")
@@ -367,7 +312,7 @@ class FpfcConfig:
     scale_to_model: bool = option(True, "read lam, xi and nu in units of round 1's mean update norm")
 
     def validate(self, cfg) -> None:
-        check_theorem1(self.lam, self.a, self.xi, self.rho)   # rho > max(2 lam/xi, 2/(a-1)), FPFC paper Theorem 1
+        check_theorem1(self.lam, self.a, self.xi, self.rho)
         finite("fpfc.nu", self.nu, "the cluster threshold must be a finite number >= 0 (paper: in [xi, 0.5])",
                strict=False)
         check_fpfc_memory(cfg)
@@ -375,25 +320,26 @@ class FpfcConfig:
 
 @dataclass
 class FpfcState:
-    omega: torch.Tensor          # [n, P] every client's latest ω (replicated)
+    """The server's state, replicated on every rank and computed from the
+    gathered ω alone.  θ and v are kept as Algorithm 1 writes them, though
+    after a step both are multiples of δ (``v/ρ = (1/t − 1)·θ`` with
+    ``t = s/r > 0``), so θ and one scalar per pair would do: the literal form
+    is easier to check."""
+
+    omega: torch.Tensor          # [n, P] every client's latest ω
     zeta: torch.Tensor = client_rows()  # [C, P] ζ_i of this rank's clients
     theta: torch.Tensor = None   # [E, P] θ_ij, i < j
     v: torch.Tensor = None       # [E, P] v_ij
-    scale: float | None = None   # u_1 (1.0 without scale_to_model); None before round 1
+    scale: float | None = None   # u_1 (1.0 without scale_to_model); None until round 1 sets it
     labels: torch.Tensor = None  # [n] int64 clusters read off ‖θ_ij‖ <= ν
 
 
 @register
 @dataclass
 class Fpfc(Algorithm):
-    """FPFC round (FPFC paper Algorithm 1; module docstring)."""
+    """FPFC's round (FPFC paper Algorithm 1; docs/algorithms.md, "FPFC")."""
 
-    lam: float = 2.0             # defaults: FpfcConfig (FPFC paper Theorem 1)
-    a: float = 3.7
-    xi: float = 0.5
-    rho: float = 10.0
-    nu: float = 0.5
-    scale_to_model: bool = True
+    fpfc: FpfcConfig = field(default_factory=FpfcConfig)
     participation: float = 1.0
 
     name = "fpfc"
@@ -403,34 +349,37 @@ class Fpfc(Algorithm):
 
     @classmethod
     def from_config(cls, cfg) -> "Fpfc":
-        return cls(**dataclasses.asdict(cfg.fpfc), participation=cfg.participation)   # the section's fields are Fpfc's
-
-    def __post_init__(self):
-        check_penalty(self.lam, self.a, self.xi, self.rho)
-        check_theorem1(self.lam, self.a, self.xi, self.rho)
+        return cls(cfg.fpfc, cfg.participation)
 
     def init(self, ctx: Context) -> FpfcState:
+        """ω_i^0 all equal (w0), ζ_i^0 = ω_i^0, θ^0 = 0, v^0 = 0."""
         n, w0 = ctx.n, ctx.w0.detach()
         theta, v = init_pair_state(n, w0.numel(), w0.dtype, w0.device)
         return FpfcState(omega=w0.expand(n, -1).clone(), zeta=w0.expand(len(ctx.client_ids), -1).clone(),
                          theta=theta, v=v, scale=None, labels=torch.zeros(n, dtype=torch.int64, device=w0.device))
 
     def plan(self, state: FpfcState, ctx: Context, round_: int, models: torch.Tensor):
-        return state, RoundPlan(start=own(ctx, state.omega), anchor=state.zeta, mu=self.rho)
+        """Client i trains from its own ω_i with the proximal term ``ρ/2‖ω − ζ_i‖²``
+        (Algorithm 1 step 3: ``ω ← ω − α[∇f_i(ω) + ρ(ω − ζ_i)]``)."""
+        return state, RoundPlan(start=own(ctx, state.omega), anchor=state.zeta, mu=self.fpfc.rho)
 
     def aggregate(self, state: FpfcState, ctx: Context, view: RoundView):
-        after = view.all_after
+        """Participants' ω become their trained models; then every pair's θ and v
+        (:func:`server_update_`), every ζ (:func:`zeta`), and the clusters read
+        off ‖θ_ij‖ ≤ ν.  A client holds, and is evaluated with, its cluster's
+        mean model."""
+        f, after = self.fpfc, view.all_after
         active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device)
         scale = state.scale
-        if scale is None:
-            scale = float((after[active] - state.omega[active]).norm(dim=1).mean()) if self.scale_to_model else 1.0
+        if scale is None:   # u_1 = participants' mean ‖ω_i^1 − ω_i^0‖: λ, ξ and ν are read in its units
+            scale = float((after[active] - state.omega[active]).norm(dim=1).mean()) if f.scale_to_model else 1.0
             if not scale > 0:
                 raise ValueError("FPFC: no client moved in round 1 (mean update norm 0); "
                                  "check train.lr, or set fpfc.scale_to_model=false")
-        lam, xi, nu = self.lam * scale, self.xi * scale, self.nu * scale
+        lam, xi, nu = f.lam * scale, f.xi * scale, f.nu * scale
         omega = torch.where(active[:, None], after, state.omega)
-        theta, v = server_update_(omega, state.theta, state.v, lam, self.a, xi, self.rho, active)
-        zeta_own = own(ctx, zeta(omega, theta, v, self.rho)).clone()
+        theta, v = server_update_(omega, state.theta, state.v, lam, f.a, xi, f.rho, active)
+        zeta_own = own(ctx, zeta(omega, theta, v, f.rho)).clone()
         labels = clusters_from_theta(theta_norm_matrix(theta, ctx.n), nu)
         centres = cluster_models(omega, labels)
         state = FpfcState(omega=omega, zeta=zeta_own, theta=theta, v=v, scale=scale, labels=labels)
