@@ -24,3 +24,11 @@ def test_table_ratios_by_hand():
     rows = text.splitlines()[2:]
     assert rows[0] == "| random | 2.000 | 1.00 | 2.000 | 1.00 |"
     assert rows[1] == "| panm_loss | 4.000 | 2.00 | 7.000 | 3.50 |"
+
+
+def test_checkpoint_cost(capsys):
+    argv = ["--config", "", "--checkpoint", "6", "--rounds", "2", "--stage1", "1", "--json", *TINY]
+    assert bench_rounds.main(argv) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["clients"] == 6 and row["params"] > 0 and row["checkpoint_mb"] > 0
+    assert 0 < row["share_default"] < row["share_every_10_rounds"] < 1

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fedclust import runner
+from fedclust import checkpoint, runner
 from fedclust.config import load_config
 from fedclust.dist import make_fabric
 
@@ -57,14 +57,14 @@ def checkpoint_cost(config: str, clients: int, rounds: int, overrides: list[str]
         seconds = []
         for t in range(1, rounds + 1):
             seconds.append(runner.round_step(s, state, t).seconds)
-        writer = runner.Checkpointer(s, out)
+        writer = checkpoint.Checkpointer(s, out)
         costs = []
         for _ in range(3):
             writer.write(state)
             costs.append(writer.last_cost)
         size = writer.last_path.stat().st_size
     round_s, cost = statistics.median(seconds[1:] or seconds), statistics.median(costs)
-    interval = max(runner.CHECKPOINT_SECONDS, 50 * cost)
+    interval = max(checkpoint.CHECKPOINT_SECONDS, 50 * cost)
     return {"algorithm": cfg.algorithm.name, "clients": clients, "params": int(state.flat.shape[1]),
             "round_seconds": round_s, "checkpoint_seconds": cost, "checkpoint_mb": size / 2**20,
             "share_default": cost / (interval + cost), "share_every_10_rounds": cost / (10 * round_s + cost)}
