@@ -352,7 +352,8 @@ def test_fmnist_found_in_torchvision_layout(fake_root, tmp_path, monkeypatch):
     for f in fake_root.iterdir():                              # plain (gunzipped) files this time
         (raw_dir / f.name[:-3]).write_bytes(gzip.decompress(f.read_bytes()))
     a, b = sources.load_raw("fmnist", tmp_path, False), raw_of(fake_root)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a[:4], b[:4]))   # the four tensors
+    assert (a.source, b.source) == (str(raw_dir), str(fake_root))   # the folder each was read from
 
 
 def test_mnist_through_torchvision(tmp_path):
