@@ -24,7 +24,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
 from fedclust import rng
-from fedclust.algorithms import aggregation, cfl, fedavg, fedgroup, fpfc, ifca
+from fedclust.algorithms import aggregation, cfl, fedgroup, fedprox, fpfc, ifca
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.config import load_config
 from fedclust.algorithms.fpfc import check_fpfc_memory, fpfc_memory_need
@@ -185,7 +185,7 @@ def test_participants_match_a_plain_draw():
 def test_fedavg_object_ignores_non_participants():
     n, P = 6, 4
     ctx = fake_ctx(n, P, client_ids=torch.tensor([2, 3]))
-    algo = fedavg.FedAvg(participation=0.5, mu=0.3)
+    algo = fedprox.FedProx(participation=0.5, fedprox=fedprox.FedProxConfig(mu=0.3))
     state = algo.init(ctx)
     state, plan = algo.plan(state, ctx, 1, torch.zeros(2, P))
     assert torch.equal(plan.start, torch.zeros(2, P)) and torch.equal(plan.anchor, plan.start) and plan.mu == 0.3
@@ -343,7 +343,7 @@ def test_fedgroup_cold_start_and_newcomers_against_plain_loops():
     truth = torch.tensor([0, 1] * 6)
     updates = dirs[truth] + 0.1 * torch.randn(n, P, generator=g)
     ctx = fake_ctx(n, P, seed=5)
-    algo = fedgroup.FedGroup(groups=m, pretrain_scale=3, eta_g=0.01)     # S = 6 of the 12 clients
+    algo = fedgroup.FedGroup(fedgroup.FedGroupConfig(groups=m, pretrain_scale=3, inter_lr=0.01))   # S = 6 of 12 clients
     state = algo.init(ctx)
     state, plan = algo.plan(state, ctx, 1, torch.zeros(n, P))
     assert torch.equal(plan.start, torch.zeros(n, P)) and plan.anchor is None
@@ -377,7 +377,7 @@ def test_fedgroup_cold_start_and_newcomers_against_plain_loops():
 
 def test_fedgrouprox_trains_with_the_proximal_term_towards_the_group_model():
     ctx = fake_ctx(4, 3)
-    algo = fedgroup.FedGrouProx(groups=2, pretrain_scale=2, mu=0.1)
+    algo = fedgroup.FedGrouProx(fedgroup.FedGroupConfig(groups=2, pretrain_scale=2), fedprox=fedprox.FedProxConfig(mu=0.1))
     state = algo.init(ctx)
     state.groups = torch.tensor([[1.0, 0, 0], [0, 1.0, 0]])
     state.assignment = torch.tensor([1, 0, -1, 1])

@@ -1,33 +1,9 @@
-"""FedAvg and FedProx server/client math (docs/algorithms.md; FedGroup paper §II-A).
-
-- FedAvg (FedGroup paper Algorithm 1, line 8): the new global model is the
-  data-size weighted average of the clients' models,
-  ``w_{t+1} = w_t + Σ_i (n_i/n) Δw_i = Σ_i (n_i/n) w_i`` with ``n = Σ_i n_i``
-  over the clients that took part.
-- FedProx (``fedprox.py``) is FedAvg whose clients add ``μ (w − w^t)`` to
-  every local gradient (the proximal term is applied by the engine's local
-  SGD, :func:`fedclust.engine.train.train_round`, for every algorithm that
-  plans an anchor).
-
-Client models are stacked ``[C, P]`` (C clients, P flat parameters).
-
-The averaging and participation math every centralized method shares is in
-:mod:`fedclust.algorithms.aggregation`; :func:`fedclust.algorithms.base.server_result`
-builds their round results.
-
-Conventions of the centralized methods (docs/algorithms.md):
-- Participation: the ``ceil(p·n)`` clients with the lowest counter-based
-  keys ``rng.uniform(seed, t, "participation", i, 0)`` take part in round t
-  (every client when p = 1), identical on every rank.  The runner trains
-  every client; only participants' trained models enter the server's
-  averages, the others keep the model they were sent.
-- Data sizes: every client holds ``data.train_size`` samples (docs/algorithms.md), so
-  the papers' ``n_i``-weighted averages are plain means.
-- Communication (docs/algorithms.md, in models): a participant receives what the
-  server sends it for training (1 model; IFCA: all K) and uploads one;
-  non-participants receive nothing.  ``server_received``/``server_sent``
-  are these totals.  Evaluating a client with its cluster's model is not
-  counted as traffic.
+"""FedAvg (McMahan et al., AISTATS 2017), as the server algorithm ``fedavg``:
+every round each participant trains the global model and the server averages
+their trained models; FedProx (``fedprox.py``) adds a proximal term.  The
+rules every centralized method shares (participation, data sizes, traffic):
+docs/algorithms.md, "Centralized rivals: common rules"; their averaging math:
+:mod:`fedclust.algorithms.aggregation`.
 """
 
 from __future__ import annotations
@@ -49,7 +25,8 @@ class FedAvgState:
 @register
 @dataclass
 class FedAvg(Algorithm):
-    """FedAvg round (FedGroup paper Algorithm 1).
+    """FedAvg's round (FedGroup paper Algorithm 1, line 8: ``w_{t+1} = Σ_i (n_i/n) w_i``
+    over the participants, a plain mean since every client holds as many samples).
 
     State: the global model ``w [P]`` (replicated).  Plan: every client
     trains from ``w`` (FedProx: with the proximal term ``μ/2‖·−w‖²``).
@@ -57,7 +34,6 @@ class FedAvg(Algorithm):
     client then holds ``w`` and is evaluated with it; one cluster."""
 
     participation: float = 1.0
-    mu: float = 0.0
 
     name = "fedavg"
     report_position = 7
@@ -66,6 +42,11 @@ class FedAvg(Algorithm):
     @classmethod
     def from_config(cls, cfg) -> "FedAvg":
         return cls(participation=cfg.participation)
+
+    @property
+    def mu(self) -> float:
+        """The proximal weight of local training: none (FedProx: ``fedprox.mu``)."""
+        return 0.0
 
     def init(self, ctx: Context) -> FedAvgState:
         return FedAvgState(ctx.w0.detach().clone())

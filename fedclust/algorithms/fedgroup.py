@@ -1,82 +1,16 @@
-"""FedGroup / FedGrouProx server math (docs/algorithms.md; FedGroup paper, Duan et al.).
-
-Symbols (FedGroup paper §III):
-  m        number of groups (here ``K``);
-  α        pre-training scale: ``α·m`` clients are pre-trained (Alg. 3 l. 2);
-  Δw_0^(c) a pre-training update: one epoch of local training from ``w_0``
-           (Alg. 3 ``PreTrainClient``), flattened; stacked ``ΔW [αm, P]``;
-  V        the three base direction vectors ``v_1, v_2, v_3 ∈ R^P``: the top
-           left singular vectors of ``ΔWᵀ`` (= top right singular vectors of
-           ``ΔW``), Alg. 3 l. 7;
-  ζ(i, V)  the ternary cosine similarity of client i (Eq. 7-9):
-           ``ζ'_k = <Δw_i, v_k> / (‖Δw_i‖ ‖v_k‖)`` and ``ζ = (1 − ζ')/2 ∈ [0,1]``;
-           the rows ``ℳ_i = ζ(i, V)`` form ``ℳ [αm, 3]``;
-  g_j.cm   the centroid of group j's rows of ℳ (Alg. 4 l. 6);
-  η_g      inter-group learning rate (Alg. 2 l. 22, default 0.01).
-
-Functions:
-  base_directions, ternary_similarity,
-  decomposed_cosine                     Alg. 3 and Eq. 7-9;
-  kmeans_pp, kmeans                     K-means++ on ℳ (Alg. 4 l. 3; Arthur &
-                                        Vassilvitskii), own seeded implementation;
-  group_cold_start                      Alg. 4;
-  newcomer_distance, place_newcomers    Eq. 10 (client cold start);
-  inter_group_aggregate                 Alg. 2 l. 20-25;
-  global_aggregate                      Alg. 2 l. 11.
-The intra-group update (Alg. 2 l. 12-19) is FedAvg/FedProx inside each group:
-:func:`fedclust.algorithms.ifca.cluster_average` (an empty group keeps its
-model, Alg. 2 l. 13-14) and :func:`fedclust.algorithms.fedavg.prox_grad`.
-
-Ambiguities resolved (each checked against the authors' code, GrouProx
-``flearn/trainers/grouprox.py``):
-- Eq. 7 prints ``v_scale = (‖Δw‖‖v_1‖, ‖v_2‖, ‖v_3‖)^{∘−1}``; the code and
-  the name "cosine similarity" give ``(‖Δw‖‖v_1‖, ‖Δw‖‖v_2‖, ‖Δw‖‖v_3‖)^{∘−1}``,
-  i.e. ζ'_k is the cosine of Δw_i and v_k (here ‖v_k‖ = 1).
-- SVD signs are arbitrary; flipping v_k maps ζ_k to 1 − ζ_k, a reflection
-  that leaves every K-means distance unchanged.  For reproducibility each
-  v_k is signed so that the updates' projections onto it sum to ≥ 0.
-  No mean-centering (the code uses TruncatedSVD).
-- Alg. 4 l. 7 reads ``w_0^(g) ← Average(Δw_0^(c))``; the code averages the
-  pre-trained *models* ``w_0 + Δw_0^(c)``, and l. 8 then gives
-  ``Δw_0^(g) = mean Δw_0^(c)``.  Implemented as the code.
-- Alg. 2 l. 22-23 reads ``w^(g_j) = w̃^(g_j) + η_g Σ_{l≠j} w̃^(g_l)/‖w̃^(g_l)‖``
-  (adds unit vectors to a model; not scale-consistent: identical groups
-  would grow every round).  The code normalises it into a convex
-  combination, ``(w̃_j + η_g Σ_{l≠j} w̃_l/‖w̃_l‖) / (1 + η_g Σ_{l≠j} 1/‖w̃_l‖)``.
-  Default: the code's form; ``normalized=False`` gives the literal line.
-- Eq. 10 needs each group's "latest update" ``Δw_t^(g_j)``: after cold
-  start Alg. 4 l. 8; afterwards, suggested: the group model's change over
-  the latest round (after intra- and inter-group aggregation).
-
-Round object :class:`FedGroup` (``fedgroup``; ``fedgrouprox`` is the same
-with FedProx's μ, ``fedprox.mu``, Alg. 2 l. 17-18), below the math:
-- Round 1 is the cold start.  The ``min(α·m, n)`` clients with the lowest
-  keys ``rng.uniform(seed, 0, COLD_START_STREAM, i, 0)`` are Alg. 3's
-  random subset S.  Their pre-training update is their round-1 update from
-  ``w0`` (the round loop trains once per round, ``train.local_epochs``
-  epochs, where Alg. 3 pre-trains one epoch and then continues E − 1:
-  the direction is taken from the whole round's update); Alg. 4 groups
-  them and its group models (``w0`` + their groups' mean update, i.e.
-  their groups' mean trained model) start the groups.  Other round-1
-  participants trained from the global model ``w0`` too: that update is
-  their Eq. 10 pre-training update and places them.
-- Later rounds: group members train from their group model and are
-  averaged per group (intra-group, Alg. 2 l. 5-7; an empty group keeps its
-  model); clients not yet in a group (possible when participation < 1)
-  are newcomers: they train from the global model, that update places them
-  by Eq. 10 against the groups' latest updates as the server knew them
-  when the round began, and it is not averaged into a group.  Then
-  inter-group aggregation with ``η_g`` (Alg. 2 l. 9-10), the global model
-  as the mean of the group models (l. 11) and each group's latest update
-  (the group model's change over the round).
-- A client is evaluated with its group's model (FedGroup paper §IV-A
-  Metrics); a client not yet in a group with the global model, and its
-  assignment is -1.
+"""FedGroup and FedGrouProx (Duan et al., "FedGroup: Efficient Clustered
+Federated Learning via Decomposed Data-Driven Measure", arXiv 2010.06870), as
+the server algorithms ``fedgroup`` and ``fedgrouprox``: a cold start groups
+pre-trained clients by K-means++ on the ternary cosine similarity of their
+updates (Algorithms 3-4, Eq. 7-9), newcomers join the nearest group (Eq. 10),
+and groups train as FedAvg/FedProx inside, then pull on each other
+(Algorithm 2).  What fedclust runs, its keys, and where it follows the authors'
+code (GrouProx) rather than the paper's text: docs/algorithms.md, "FedGroup".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -106,8 +40,13 @@ def base_directions(updates: torch.Tensor, n_directions: int = N_DIRECTIONS) -> 
     ``SVD(ΔWᵀ, 3)``) → ``[n_directions, P]``, unit rows, ordered by singular
     value, each signed so that ``Σ_i <Δw_i, v_k> ≥ 0``.
 
-    ``updates = ΔW [αm, P]``.  Uses the thin SVD of the wide ``[αm, P]`` matrix
-    (memory ~ (αm)·P, no ``P×P`` matrix).
+    ``updates = ΔW [αm, P]``, the pre-training updates of the ``α·m``
+    pre-trained clients.  V are the top left singular vectors of ``ΔWᵀ``, i.e.
+    the top right singular vectors of ``ΔW``: the thin SVD of the wide
+    ``[αm, P]`` matrix (memory ~ (αm)·P, no ``P×P`` matrix), without
+    mean-centering (the authors' code uses TruncatedSVD).  SVD signs are
+    arbitrary; flipping v_k maps ζ_k to 1 − ζ_k, a reflection that leaves every
+    K-means distance unchanged, so the sign rule only makes runs reproducible.
     """
     if updates.dim() != 2:
         raise ValueError(f"updates must be [alpha*m, P], got shape {tuple(updates.shape)}")
@@ -125,7 +64,8 @@ def base_directions(updates: torch.Tensor, n_directions: int = N_DIRECTIONS) -> 
 
 def ternary_similarity(updates: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
     """Ternary cosine similarity ``ℳ_i = ζ(i, V) = (1 − cos(Δw_i, v_k))/2``
-    (FedGroup paper Eq. 7-9) → ``[c, n_directions]`` with entries in ``[0, 1]``.
+    (FedGroup paper Eq. 7-9: ``ζ'_k = <Δw_i, v_k> / (‖Δw_i‖ ‖v_k‖)``, ``ζ = (1 − ζ')/2``)
+    → ``[c, n_directions]`` with entries in ``[0, 1]``.
 
     ``updates [c, P]`` (pre-training updates, any clients); ``directions``
     ``[n_directions, P]`` from :func:`base_directions`.  A zero update gets 0.5.
@@ -223,7 +163,7 @@ def group_cold_start(
     """Group cold start, FedGroup paper Algorithm 4, on the pre-training updates
     ``ΔW [αm, P]`` of the pre-trained clients (from the common ``w0 [P]``).
 
-    Returns a dict:
+    Returns a dict (the keys name what they hold, m = ``groups``):
       ``assign`` int64 [αm]: group of each pre-trained client (K-means++ on ℳ);
       ``similarity`` [αm, 3]: ℳ;  ``directions`` [3, P]: V;
       ``centroids`` [K, 3]: ``g_j.cm`` (Alg. 4 l. 6);
@@ -267,6 +207,7 @@ def place_newcomers(pre_updates: torch.Tensor, group_updates: torch.Tensor) -> t
 
 
 def check_eta_g(eta_g: float) -> float:
+    """η_g as a float, refused unless finite and >= 0 (``fedgroup.inter_lr``)."""
     eta_g = float(eta_g)
     if not (eta_g >= 0 and eta_g < float("inf")):
         raise ConfigError("fedgroup.inter_lr", eta_g, "FedGroup's inter-group learning rate eta_g must be finite "
@@ -278,8 +219,9 @@ def inter_group_aggregate(group_models: torch.Tensor, eta_g: float, normalized: 
     """Inter-group aggregation, FedGroup paper Alg. 2 l. 20-25 → ``[K, P]``.
 
     With ``u_l = w̃_l/‖w̃_l‖`` and ``S = Σ_l u_l``:
-    literal (``normalized=False``): ``w_j = w̃_j + η_g (S − u_j)``;
-    default, the authors' code: ``w_j = (w̃_j + η_g (S − u_j)) /
+    literal (``normalized=False``): ``w_j = w̃_j + η_g (S − u_j)``, which adds
+    unit vectors to a model (identical groups would grow every round);
+    default, the authors' code, a convex combination: ``w_j = (w̃_j + η_g (S − u_j)) /
     (1 + η_g Σ_{l≠j} 1/‖w̃_l‖)``.  A zero model contributes nothing.
     ``η_g = 0`` or K = 1 returns the models unchanged.
     """
@@ -291,10 +233,10 @@ def inter_group_aggregate(group_models: torch.Tensor, eta_g: float, normalized: 
     inv = torch.where(norms > 0, 1.0 / norms.clamp_min(EPS), torch.zeros_like(norms))
     units = x * inv[:, None]
     others = units.sum(dim=0, keepdim=True) - units              # Σ_{l≠j} u_l
-    out = x + eta_g * others
+    pulled = x + eta_g * others
     if normalized:
-        out = out / (1.0 + eta_g * (inv.sum() - inv))[:, None]
-    return out.to(group_models.dtype)
+        pulled = pulled / (1.0 + eta_g * (inv.sum() - inv))[:, None]
+    return pulled.to(group_models.dtype)
 
 
 def global_aggregate(group_models: torch.Tensor) -> torch.Tensor:
@@ -354,13 +296,9 @@ class FedGroupState:
 @register
 @dataclass
 class FedGroup(Algorithm):
-    """FedGroup / FedGrouProx round (FedGroup paper Algorithms 2-4, Eq. 10;
-    module docstring)."""
+    """FedGroup's round (FedGroup paper Algorithms 2-4, Eq. 10; docs/algorithms.md, "FedGroup")."""
 
-    groups: int = 2
-    pretrain_scale: int = 20
-    eta_g: float = 0.01
-    mu: float = 0.0
+    fedgroup: FedGroupConfig = field(default_factory=FedGroupConfig)
     participation: float = 1.0
 
     name = "fedgroup"
@@ -369,22 +307,22 @@ class FedGroup(Algorithm):
 
     @classmethod
     def from_config(cls, cfg) -> "FedGroup":
-        g = cfg.fedgroup
-        return cls(groups=g.groups, pretrain_scale=g.pretrain_scale, eta_g=g.inter_lr,
-                   participation=cfg.participation)
+        return cls(cfg.fedgroup, cfg.participation)
 
-    def __post_init__(self):
-        self.eta_g = check_eta_g(self.eta_g)
-        if not (float(self.mu) >= 0 and float(self.mu) < float("inf")):
-            raise ValueError(f"the proximal weight mu must be a finite number >= 0, got {self.mu}")
+    @property
+    def mu(self) -> float:
+        """The proximal weight of local training: none (FedGrouProx: ``fedprox.mu``)."""
+        return 0.0
 
     def init(self, ctx: Context) -> FedGroupState:
-        groups = ctx.w0.detach().expand(self.groups, -1).clone()
+        groups = ctx.w0.detach().expand(self.fedgroup.groups, -1).clone()
         return FedGroupState(groups=groups, group_updates=torch.zeros_like(groups), global_model=groups[0].clone(),
                              assignment=torch.full((ctx.n,), -1, dtype=torch.int64, device=ctx.device))
 
     def starts(self, state: FedGroupState, assignment: torch.Tensor) -> torch.Tensor:
-        """``[rows, P]``: the group model of each grouped client, the global model for the others."""
+        """``[rows, P]``: what each client trains from and is evaluated with
+        (FedGroup paper §IV-A, Metrics): its group's model, or the global
+        model while it is in no group (assignment -1)."""
         grouped = (assignment >= 0)[:, None]
         return torch.where(grouped, state.groups[assignment.clamp_min(0)], state.global_model[None])
 
@@ -393,14 +331,25 @@ class FedGroup(Algorithm):
         return state, RoundPlan(start=start, anchor=start if self.mu > 0 else None, mu=self.mu)
 
     def aggregate(self, state: FedGroupState, ctx: Context, view: RoundView):
-        after, t = view.all_after, view.round
+        """Round 1: the group cold start (Alg. 3-4) on the subset S, whose
+        round-1 updates from w0 are their pre-training updates; the other
+        round-1 participants trained from w0 too and are placed by Eq. 10.
+        Later rounds: newcomers (possible when participation < 1) are placed by
+        Eq. 10 against the groups' latest updates as they were when the round
+        began, and are not averaged into a group; members are averaged per
+        group (Alg. 2 l. 12-19, FedAvg/FedProx inside the group; an empty group
+        keeps its model), then the groups pull on each other
+        (:func:`inter_group_aggregate`).  The global model is the mean of the
+        group models (l. 11); a group's latest update is its model's change
+        over the round."""
+        g, after, t = self.fedgroup, view.all_after, view.round
         active = participants(ctx.seed, t, ctx.n, self.participation, after.device)
         assignment = state.assignment.clone()
-        if t == 1:      # group cold start (Alg. 3-4) on S, then newcomers by Eq. 10
-            cold = cold_start_clients(ctx.seed, ctx.n, self.pretrain_scale * self.groups, after.device)
+        if t == 1:
+            cold = cold_start_clients(ctx.seed, ctx.n, g.pretrain_scale * g.groups, after.device)
             active = active | cold
             w0 = state.global_model
-            start = group_cold_start(after[cold] - w0, w0, self.groups, ctx.seed)
+            start = group_cold_start(after[cold] - w0, w0, g.groups, ctx.seed)
             assignment[cold] = start["assign"]
             newcomers = active & ~cold
             assignment[newcomers] = place_newcomers(after[newcomers] - w0, start["updates"])
@@ -409,8 +358,8 @@ class FedGroup(Algorithm):
             newcomers = active & (assignment < 0)
             members = active & (assignment >= 0)
             assignment[newcomers] = place_newcomers(after[newcomers] - state.global_model, state.group_updates)
-            intra = cluster_average(after[members], assignment[members], self.groups, state.groups)
-            groups = inter_group_aggregate(intra, self.eta_g)
+            intra = cluster_average(after[members], assignment[members], g.groups, state.groups)
+            groups = inter_group_aggregate(intra, g.inter_lr)
             group_updates = groups - state.groups
         state = FedGroupState(groups=groups, group_updates=group_updates, global_model=global_aggregate(groups),
                               assignment=assignment)
@@ -421,7 +370,10 @@ class FedGroup(Algorithm):
 @register
 @dataclass
 class FedGrouProx(FedGroup):
-    """FedGrouProx: FedGroup whose clients add FedProx's proximal term (weight ``fedprox.mu``)."""
+    """FedGrouProx: FedGroup whose clients add FedProx's proximal term (weight
+    ``fedprox.mu``, FedGroup paper Alg. 2 l. 17-18: "mu as recommended by FedProx")."""
+
+    fedprox: FedProxConfig = field(default_factory=FedProxConfig)
 
     name = "fedgrouprox"
     report_position = 12
@@ -429,6 +381,8 @@ class FedGrouProx(FedGroup):
 
     @classmethod
     def from_config(cls, cfg) -> "FedGrouProx":
-        g = cfg.fedgroup
-        return cls(groups=g.groups, pretrain_scale=g.pretrain_scale, eta_g=g.inter_lr, mu=cfg.fedprox.mu,
-                   participation=cfg.participation)
+        return cls(cfg.fedgroup, cfg.participation, cfg.fedprox)
+
+    @property
+    def mu(self) -> float:
+        return self.fedprox.mu

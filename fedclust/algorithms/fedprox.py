@@ -4,7 +4,7 @@ every local gradient (by the engine's local SGD); ``μ = 0`` is FedAvg."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fedclust.algorithms.fedavg import FedAvg
 from fedclust.algorithms.registry import register
@@ -26,6 +26,8 @@ class FedProxConfig:
 @register
 @dataclass
 class FedProx(FedAvg):
+    fedprox: FedProxConfig = field(default_factory=FedProxConfig)
+
     name = "fedprox"
     report_position = 8
     sections = {"fedprox": FedProxConfig}
@@ -33,4 +35,8 @@ class FedProx(FedAvg):
 
     @classmethod
     def from_config(cls, cfg) -> "FedProx":
-        return cls(participation=cfg.participation, mu=cfg.fedprox.mu)
+        return cls(cfg.participation, cfg.fedprox)
+
+    @property
+    def mu(self) -> float:
+        return self.fedprox.mu
