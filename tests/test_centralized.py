@@ -207,7 +207,7 @@ def test_ifca_object_against_a_plain_loop():
         return (models - targets[owner]).pow(2).sum(1)
 
     ctx = fake_ctx(n, P, pair_loss)
-    algo = ifca.Ifca(clusters=K, arch="mlp", input_shape=(1,), num_classes=2, participation=1.0)
+    algo = ifca.Ifca("mlp", (1,), 2, ifca.IfcaConfig(clusters=K, restarts=1), participation=1.0)
     models = torch.randn(K, P, generator=g)
     state = ifca.IfcaState(models=models, assignment=torch.zeros(n, dtype=torch.int64))
     state, plan = algo.plan(state, ctx, 1, torch.zeros(n, P))

@@ -158,8 +158,7 @@ def test_ifca_restarts_run_in_turn_and_the_lowest_objective_wins():
 
     ctx = Context(n=n, client_ids=torch.arange(n), clusters=torch.zeros(n, dtype=torch.int64), seed=5,
                   stage1_rounds=0, w0=torch.zeros(P), device=torch.device("cpu"), pair_loss=pair_loss)
-    algo = ifca.Ifca(clusters=K, arch="logreg", input_shape=(1,), num_classes=2, participation=1.0,
-                     restarts=3, restart_rounds=1)
+    algo = ifca.Ifca("logreg", (1,), 2, ifca.IfcaConfig(clusters=K, restarts=3, restart_rounds=1), participation=1.0)
     # stand-in inits (no model builds): restart r's K models
     inits = {0: torch.tensor([[0.0, 0, 0], [5.0, 5, 5]]), 1: torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]),
              2: torch.tensor([[3.0, 3, 3], [4.0, 4, 4]])}

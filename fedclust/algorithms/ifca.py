@@ -1,53 +1,12 @@
-"""IFCA server math (docs/algorithms.md; IFCA paper, Ghosh et al. 2020, Algorithm 1,
-option II "model averaging").
-
-Each round every participating client i evaluates the K cluster models on
-its own training data and takes ``ĵ = argmin_j F_i(θ_j)`` (its cluster
-identity estimate); it trains that model locally and the server averages,
-per cluster, the models of the clients that chose it.  A cluster nobody
-chose keeps its model (IFCA paper: for k larger than the true number of
-clusters the extra clusters stay empty).
+"""IFCA, the Iterative Federated Clustering Algorithm (Ghosh et al.,
+NeurIPS 2020, Algorithm 1, option II "model averaging"), as the server
+algorithm ``ifca``: K cluster models; every client trains the one of lowest
+loss on its own data, and the server averages per cluster.  Restarts from
+several initialisations, picked by IFCA's objective.  What fedclust runs,
+its keys and why: docs/algorithms.md, "IFCA".
 
 Shapes: client models ``[C, P]``, cluster models ``[K, P]``, losses
 ``[C, K]``, assignments int64 ``[C]``.
-
-Round object :class:`Ifca` (``ifca``), below the math:
-- Init (docs/algorithms.md "IFCA: one init per cluster model"): cluster model 0 is the
-  common ``w0``; cluster model k > 0 is the architecture's default init
-  under the seed ``rng.hash_ints(seed, 0, INIT_STREAM, k, 0)`` (as
-  :func:`fedclust.runner.initial_weights` builds ``w0`` under ``seed``), so
-  the K inits are independent draws of the same init distribution and the
-  run is a function of the seed alone.
-- Plan: every client evaluates the K models on its training set
-  (``ctx.pair_loss``, K vectorized calls) and starts from the one with the
-  lowest loss; a client is evaluated with the model it chose (docs/algorithms.md),
-  i.e. that cluster's model after the round's averaging.
-- Aggregate: per-cluster mean of the participants' trained models.  Every
-  rank must know every client's choice; the round's all-gather carries the
-  models clients started from (``gathers_before``), and a client's choice is
-  the cluster model its start equals (:func:`matching_model`).
-- Participation < 1: every client picks (IFCA's inference rule: the model
-  of lowest loss), only participants are averaged and counted as traffic.
-
-Restarts (``ifca.restarts`` R, ``ifca.restart_rounds`` T0).  IFCA paper
-runs Algorithm 1 from several random initialisations ("random
-initialization and a few restarts suffice" for linear models; its success
-rate counts a trial as solved when one of 10 initialisations lands within
-0.6σ of the *true* parameters -- a pick that needs the truth).  fedclust
-picks without the truth, by the quantity IFCA's alternating minimisation
-decreases: the restart with the lowest objective
-``(1/n) Σ_i min_j F_i(θ_j)`` (:func:`ifca_objective`, :func:`pick_restart`).
-Restarts run one after the other inside the run's rounds: restart r trains
-in rounds ``r·T0+1 .. (r+1)·T0`` from its own K inits
-(:func:`cluster_inits` keyed on (seed, r); restart 0 is the plain run's);
-at the start of the next round every client evaluates the restart's K
-models on its training set (the same losses it assigns with), the mean of
-its row minima over all n clients is the restart's objective (summed over
-ranks), and after the last restart the run goes on from the models of the
-restart with the lowest objective (ties: the earliest).  Rounds of the
-restarts not picked are spent (and reported as they ran); the learning
-rate keeps decaying by round as in any run.  R = 1 is Algorithm 1 from one
-initialisation.
 """
 
 from __future__ import annotations
@@ -55,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-
 import torch.distributed as dist
 
 from fedclust import rng
@@ -63,8 +21,8 @@ from fedclust.algorithms.aggregation import cluster_average, own, participants
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
-from fedclust.schema import option
 from fedclust.models import initial_weights, model_spec
+from fedclust.schema import option
 
 INIT_STREAM = "ifca_init"   # rng stream of the cluster models' init seeds
 
@@ -98,7 +56,10 @@ def cluster_inits(w0: torch.Tensor, K: int, seed: int, arch: str, input_shape, n
     ``w0``, then the default init under the seeds
     ``rng.hash_ints(seed, 0, INIT_STREAM, k, 0)``, k = 1..K-1; for restart
     r > 0 all K under ``rng.hash_ints(seed, r, INIT_STREAM, k, 0)``, k = 0..K-1
-    (keyed on (seed, restart), the same on every rank)."""
+    (keyed on (seed, restart), the same on every rank).  Each is the
+    architecture's default init as :func:`fedclust.models.initial_weights`
+    builds ``w0`` under ``seed``, so the K inits are independent draws of the
+    same distribution and the run is a function of the seed alone."""
     rows = [w0.detach()] if restart == 0 else []
     for k in range(1 if restart == 0 else 0, K):   # K model builds, once per restart
         s = int(rng.hash_ints(seed, restart, INIT_STREAM, torch.tensor(k), 0))
@@ -183,9 +144,7 @@ class IfcaConfig:
 
     clusters: int = option(2, "c, the number of cluster models, in [1, clients] (PANM paper Table 5: the true "
                               "number of clusters)")
-    # IFCA paper restarts Algorithm 1 from several random inits ("a few restarts suffice"; 10 in its
-    # success-rate runs).  The run tries each for restart_rounds rounds, one after the other, and goes on
-    # with the one of lowest IFCA objective mean_i min_j F_i(theta_j).
+    # restarts tried one after the other, the lowest IFCA objective goes on (docs/algorithms.md, IFCA)
     restarts: int = option(3, "initialisations tried one after the other; the lowest IFCA objective goes on (1: "
                               "a single one)")
     restart_rounds: int = option(10, "rounds each restart runs before they are compared; restarts * "
@@ -211,15 +170,19 @@ class IfcaConfig:
 @register
 @dataclass
 class Ifca(Algorithm):
-    """IFCA round (IFCA paper Algorithm 1, option II; module docstring)."""
+    """IFCA's round (IFCA paper Algorithm 1, option II; docs/algorithms.md, "IFCA").
 
-    clusters: int
+    Every rank must know every client's choice: the round's all-gather
+    carries the models clients started from (``gathers_before``), and a
+    client's choice is the cluster model its start equals
+    (:func:`matching_model`).  ``arch``, ``input_shape`` and ``num_classes``
+    build the further cluster inits (:func:`cluster_inits`)."""
+
     arch: str
     input_shape: tuple
     num_classes: int
+    ifca: IfcaConfig = field(default_factory=IfcaConfig)
     participation: float = 1.0
-    restarts: int = 1
-    restart_rounds: int = 10
 
     name = "ifca"
     report_position = 9
@@ -230,25 +193,29 @@ class Ifca(Algorithm):
     @classmethod
     def from_config(cls, cfg) -> "Ifca":
         arch, shape, classes = model_spec(cfg)
-        return cls(clusters=cfg.ifca.clusters, arch=arch, input_shape=shape, num_classes=classes,
-                   participation=cfg.participation, restarts=cfg.ifca.restarts,
-                   restart_rounds=cfg.ifca.restart_rounds)
+        return cls(arch, shape, classes, cfg.ifca, cfg.participation)
 
     def _inits(self, ctx: Context, restart: int) -> torch.Tensor:
-        return cluster_inits(ctx.w0, self.clusters, ctx.seed, self.arch, self.input_shape, self.num_classes,
+        return cluster_inits(ctx.w0, self.ifca.clusters, ctx.seed, self.arch, self.input_shape, self.num_classes,
                              restart).to(ctx.w0)
 
     def init(self, ctx: Context) -> IfcaState:
         return IfcaState(models=self._inits(ctx, 0), assignment=torch.zeros(ctx.n, dtype=torch.int64, device=ctx.device))
 
     def plan(self, state: IfcaState, ctx: Context, round_: int, models: torch.Tensor):
+        """Every client (participant or not: IFCA's inference rule) starts from
+        the cluster model of lowest loss on its training set.  At the end of a
+        restart's rounds, those same losses score it (:func:`ifca_objective`,
+        over all ranks), and the next restart's inits, or the best restart's
+        models, take over."""
+        restarts, restart_rounds = self.ifca.restarts, self.ifca.restart_rounds
         losses = loss_matrix(ctx, state.models)
-        ended = restart_boundary(round_, self.restarts, self.restart_rounds)
-        if ended is not None:   # restart `ended` has run its rounds: score it, start the next or pick
+        ended = restart_boundary(round_, restarts, restart_rounds)
+        if ended is not None:
             objective = global_mean(*ifca_objective(losses))
             state = IfcaState(state.models, state.assignment, state.ended + [state.models],
                               state.objectives + [objective])
-            if ended + 1 < self.restarts:
+            if ended + 1 < restarts:
                 state.models = self._inits(ctx, ended + 1)
             else:
                 state.picked = pick_restart(state.objectives)
@@ -259,6 +226,8 @@ class Ifca(Algorithm):
         return state, RoundPlan(start=state.models[choice])
 
     def aggregate(self, state: IfcaState, ctx: Context, view: RoundView):
+        """Per-cluster mean of the participants' trained models; a client holds,
+        and is evaluated with, the model of the cluster it chose."""
         K = state.models.shape[0]
         active = participants(ctx.seed, view.round, ctx.n, self.participation, view.all_after.device)
         choice = matching_model(view.all_before, state.models)
