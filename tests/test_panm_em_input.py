@@ -158,9 +158,9 @@ def test_panm_loss_stage_two_by_em_input(em_variance):
 def test_em_input_config():
     cfg = Config()
     assert cfg.panm.em_input == "neg_loss"
-    assert make_panm_loss(cfg).em_input == "neg_loss"
+    assert make_panm_loss(cfg).panm.em_input == "neg_loss"
     cfg.panm.em_input = "inverse"
-    assert make_panm_loss(cfg).em_input == "inverse"
+    assert make_panm_loss(cfg).panm.em_input == "inverse"
     cfg.panm.em_input = "1/F"
     for make in (make_panm_loss, make_panm_grad):
         with pytest.raises(ConfigError) as err:

@@ -204,7 +204,7 @@ def test_default_is_reference_count():
     cfg = Config()
     assert (cfg.pens.count, cfg.pens.empty_list, cfg.pens.stage2_neighbours) == ("reference", "last_topk", 0)
     alg = make_pens(cfg)
-    assert (alg.count, alg.empty_list, alg.stage2_neighbours) == ("reference", "last_topk", 0)
+    assert (alg.pens.count, alg.pens.empty_list, alg.pens.stage2_neighbours) == ("reference", "last_topk", 0)
 
 
 @pytest.mark.parametrize("stage2", [1, 3, 7])

@@ -1,33 +1,23 @@
-"""PANM: Personalized Adaptive Neighbour Matching (PANM paper §3.2.4,
-Algorithm 1; docs/algorithms.md), as the peer algorithms ``panm_loss`` and ``panm_grad``.
-
-Rounds 1..T1 (stage one) run CNI (``cni.py``) and average with the new list
-``N_i^t``.  Later rounds (stage two) start from the last stage-one list; in
-rounds with ``t % τ == 0`` (Algorithm 1, line 9) HNM (``hnm.py``) first
-updates ``N_i``, then every stage-two round averages with k neighbours drawn
-uniformly from ``N_i`` (all if fewer).
-
-Similarity: ``panm_loss`` uses ``1 / F_i(w_j)`` evaluated only on the pairs
-a client contacts (``ctx.pair_loss``); ``panm_grad`` the cosine mix of
-Eq. 6, which needs every client's model before local training
-(``gathers_before``).
-
-``panm.em_input`` (panm_loss only; docs/algorithms.md): HNM's EM runs on ``-F_i(w_j)``
-(``neg_loss``, default) or on the paper's literal ``1/F_i(w_j)``
-(``inverse``); CNI ranks by ``1/F`` either way (the same order).  panm_grad
-ignores the key: its EM runs on the cosine mix.
+"""PANM, Personalized Adaptive Neighbour Matching (Li et al., arXiv
+2203.12285, §3.2.4, Algorithm 1), as the peer algorithms ``panm_loss`` and
+``panm_grad``: stage one (rounds 1..T1) runs CNI (``cni.py``) and averages
+with the new list; stage two starts from the last stage-one list, updates it
+with HNM (``hnm.py``) every τ rounds, and averages with k neighbours drawn
+from it.  The two variants differ in the similarity (``similarity.py``).
+What fedclust runs, its keys and its departures: docs/algorithms.md, "PANM".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
-from fedclust.algorithms.cni import draw_candidates, top_k_in_mask
+from fedclust.algorithms.cni import cni_pool, draw_candidates, top_k_in_mask
 from fedclust.algorithms.hnm import draw_average, hnm_draw, hnm_update
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import loss_em_input, recorded_similarity, similarity_for
@@ -40,21 +30,12 @@ PANM_EM_VARIANCES = ("separate", "tied")
 
 @dataclass
 class PanmConfig:
-    """The ``panm`` section (both variants; docs/algorithms.md, PANM)."""
+    """The ``panm`` section (both variants; why the defaults: docs/algorithms.md, PANM, departures 3-5)."""
 
-    # What HNM's EM runs on for panm_loss: "neg_loss" (default) y = -F_i(w_j), the negative loss;
-    # "inverse" y = 1/F_i(w_j), PANM paper's literal similarity.  CNI ranks by 1/F under either (same order).
-    # panm_grad ignores it: its similarity is a cosine, not a loss.
     em_input: str = option("neg_loss", "panm_loss: what HNM's EM runs on, neg_loss (-F, the default) or inverse "
                                        "(1/F, the paper's text); panm_grad ignores it")
-    # The variances of HNM's two Gaussians: "separate" (default, the PANM paper's Eq. 15: one sigma per
-    # component) or "tied" (one pooled within-component sigma for both).
     em_variance: str = option("separate", "HNM's two Gaussians: separate (one sigma each, PANM paper Eq. 15) or "
                                           "tied (one pooled sigma)")
-    # panm_grad: the weight of the update cosine cos(Delta_i, Delta_j) in the similarity HNM's EM runs on in
-    # stage two (CNI uses algorithm.alpha).  0 (default): the weight cosine alone, since in stage two the update
-    # cosine carries no cluster signal and only noise (docs/algorithms.md, PANM, departure 4); the PANM paper uses
-    # its alpha = 0.5 in both stages.
     hnm_alpha: float = option(0.0, "panm_grad: weight of the update cosine in the similarity HNM's EM runs on, "
                                    "in [0, 1] (CNI keeps algorithm.alpha)")
 
@@ -82,18 +63,16 @@ class PanmState:
 
 @dataclass
 class PANM(PeerAlgorithm):
-    """PANMLoss / PANMGrad (PANM paper Algorithm 1); the two variants differ in ``metric``."""
+    """PANMLoss / PANMGrad (PANM paper Algorithm 1); the variants differ in ``metric``."""
 
-    metric: str            # "loss" | "grad"
-    k: int
-    l: int
-    tau: int
-    alpha: float
-    stage1_rounds: int
-    em_input: str = "neg_loss"   # panm_loss: "neg_loss" (EM on -F) | "inverse" (EM on 1/F); grad: unused
-    em_variance: str = "separate"  # HNM's Gaussians: "separate" sigma per component | "tied" (one pooled sigma)
-    hnm_alpha: float = 0.0       # panm_grad: weight of the update cosine in the similarity HNM's EM runs on
+    k: int                 # algorithm.k: neighbours averaged with per round
+    l: int                 # algorithm.l: candidates drawn per round
+    tau: int               # algorithm.tau: HNM every tau rounds of stage two
+    alpha: float           # algorithm.alpha: weight of the update cosine in CNI's similarity (panm_grad)
+    stage1_rounds: int     # T1
+    panm: PanmConfig = field(default_factory=PanmConfig)
 
+    metric: ClassVar[str] = ""   # the similarity, "loss" or "grad" (similarity_for)
     needs_k = needs_l = needs_stages = keeps_k_of_l = True
     stage_one_figures = True
     sections = {"panm": PanmConfig}
@@ -101,8 +80,7 @@ class PANM(PeerAlgorithm):
     @classmethod
     def from_config(cls, cfg) -> "PANM":
         a = cfg.algorithm
-        return cls(metric=cls.METRIC, k=a.k, l=a.l, tau=a.tau, alpha=a.alpha, stage1_rounds=cfg.stage1_rounds,
-                   em_input=cfg.panm.em_input, em_variance=cfg.panm.em_variance, hnm_alpha=cfg.panm.hnm_alpha)
+        return cls(a.k, a.l, a.tau, a.alpha, cfg.stage1_rounds, cfg.panm)
 
     def init(self, ctx: Context) -> PanmState:
         C, n = len(ctx.client_ids), ctx.n
@@ -123,7 +101,7 @@ class PANM(PeerAlgorithm):
         """CNI: top k among ``C_i ∪ N_i^{t-1}``; average with it."""
         self_mask = ctx.self_mask
         cand = draw_candidates(ctx.seed, view.round, ctx.client_ids, self_mask, self.l)
-        pool = cand | state.neighbors  # N_i^0 is empty: round 1 ranks C_i alone
+        pool = cni_pool(cand, state.neighbors)  # N_i^0 is empty: round 1 ranks C_i alone
         sim = similarity_for(self.metric, self.alpha, ctx, view, pool)
         neighbors = top_k_in_mask(sim, pool, self.k)
         new = dataclasses.replace(
@@ -139,9 +117,9 @@ class PANM(PeerAlgorithm):
             self_mask = ctx.self_mask
             cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids, state.neighbors, self_mask, self.l)
             pool = cand | sample
-            sim = similarity_for(self.metric, self.hnm_alpha, ctx, view, pool)
-            y = loss_em_input(sim, self.em_input) if self.metric == "loss" else sim
-            neighbors, failed = hnm_update(state.neighbors, cand, sample, y, variance=self.em_variance)
+            sim = similarity_for(self.metric, self.panm.hnm_alpha, ctx, view, pool)
+            y = loss_em_input(sim, self.panm.em_input) if self.metric == "loss" else sim
+            neighbors, failed = hnm_update(state.neighbors, cand, sample, y, variance=self.panm.em_variance)
             new = dataclasses.replace(
                 state, neighbors=neighbors, hnm_failed=failed, similarity_round=t, pool=pool,
                 last_similarity=recorded_similarity(sim, pool, self_mask, full=self.metric == "grad"))
@@ -162,7 +140,7 @@ class PANM(PeerAlgorithm):
 class PANMLoss(PANM):
     """PANMLoss: PANM with the loss similarity (PANM paper Eq. 3)."""
 
-    METRIC = "loss"
+    metric = "loss"
     name = "panm_loss"
     report_position = 5
     paper_results = {("fmnist", "rotation", 2): (87.33, 0.17)}
@@ -173,8 +151,8 @@ class PANMLoss(PANM):
 class PANMGrad(PANM):
     """PANMGrad: PANM with the update/weight cosine similarity (PANM paper Eq. 6)."""
 
-    METRIC = "grad"
+    metric = "grad"
     name = "panm_grad"
     report_position = 6
-    gathers_before = True
+    gathers_before = True   # Δ_j = w_j^t − w_j^{t−1} needs every client's model before local training
     paper_results = {("fmnist", "rotation", 2): (86.88, 0.34)}
