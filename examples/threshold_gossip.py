@@ -21,7 +21,7 @@ and :mod:`fedclust.algorithms.base` for the whole interface.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -76,10 +76,11 @@ class ThresholdState:
 @register
 @dataclass
 class ThresholdGossip(PeerAlgorithm):
-    section: ThresholdConfig   # the threshold_gossip section, validated
-    alpha: float               # algorithm.alpha, the weight PANMGrad gives the update cosine
+    alpha: float   # algorithm.alpha, the weight PANMGrad gives the update cosine
+    # The section itself, validated (named as the section, like every built-in algorithm's):
+    threshold_gossip: ThresholdConfig = field(default_factory=ThresholdConfig)
 
-    name = "threshold_gossip"                       # algorithm.name=threshold_gossip selects it
+    name = "threshold_gossip"                          # algorithm.name=threshold_gossip selects it
     sections = {"threshold_gossip": ThresholdConfig}   # its keys: threshold_gossip.*
     gathers_before = True   # the similarity needs every model from before local training (view.all_before)
     # Other declarations (see fedclust.algorithms.base.Algorithm): needs_k / needs_l to use algorithm.k /
@@ -88,7 +89,7 @@ class ThresholdGossip(PeerAlgorithm):
     @classmethod
     def from_config(cls, cfg) -> "ThresholdGossip":
         """The algorithm for a validated config, built once per run on every process."""
-        return cls(section=cfg.threshold_gossip, alpha=cfg.algorithm.alpha)
+        return cls(alpha=cfg.algorithm.alpha, threshold_gossip=cfg.threshold_gossip)
 
     def init(self, ctx: Context) -> ThresholdState:
         """The state before round 1.  ``ctx`` holds this process's clients
@@ -103,5 +104,5 @@ class ThresholdGossip(PeerAlgorithm):
         Random draws, if any, come from fedclust.rng with a stream name, so
         that every process draws the same numbers."""
         sim = grad_similarity(view.all_after, view.all_before, ctx.w0, self.alpha, own=ctx.own_rows)   # [C, n]
-        peers = (sim > self.section.threshold) & ~ctx.self_mask
+        peers = (sim > self.threshold_gossip.threshold) & ~ctx.self_mask
         return ThresholdState(peers=peers, rounds=state.rounds + 1), peers

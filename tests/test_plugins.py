@@ -67,7 +67,7 @@ def test_a_plugin_may_build_on_another():
                                  "threshold_gossip.threshold=0.2", "failing_gossip.rank=1", "failing_gossip.round=3"])
         algo = registry.build(cfg)
         assert isinstance(algo, registry.get("threshold_gossip")) and algo.gathers_before
-        assert (algo.section.threshold, algo.failing.rank, algo.failing.round) == (0.2, 1, 3)
+        assert (algo.threshold_gossip.threshold, algo.failing_gossip.rank, algo.failing_gossip.round) == (0.2, 1, 3)
     assert {"threshold_gossip", "failing_gossip"} <= set(registry.names())
 
 

@@ -35,17 +35,17 @@ class FailingConfig:
 @registry.register
 @dataclass
 class FailingGossip(ThresholdGossip):
-    failing: FailingConfig = field(default_factory=FailingConfig)
+    failing_gossip: FailingConfig = field(default_factory=FailingConfig)
 
     name = "failing_gossip"
     sections = {**ThresholdGossip.sections, "failing_gossip": FailingConfig}
 
     @classmethod
     def from_config(cls, cfg) -> "FailingGossip":
-        return dataclasses.replace(super().from_config(cfg), failing=cfg.failing_gossip)
+        return dataclasses.replace(super().from_config(cfg), failing_gossip=cfg.failing_gossip)
 
     def select(self, state, ctx, view):
-        f = self.failing
+        f = self.failing_gossip
         if view.round == f.round and torch.distributed.is_initialized() and torch.distributed.get_rank() == f.rank:
             raise RuntimeError(f"failing_gossip: rank {f.rank} fails in round {view.round} (as asked)")
         return super().select(state, ctx, view)
