@@ -2,7 +2,7 @@
 
 These modules are the reference: the vectorized engine
 (:mod:`fedclust.engine.functional`) reproduces their forward pass on a flat
-parameter buffer, and :mod:`fedclust.engine.reference` trains them one
+parameter buffer, and :mod:`fedclust.bench.reference` trains them one
 client at a time with ``torch.optim.SGD``.
 
 - ``logreg`` (Synthetic): multinomial logistic regression, Flatten,

@@ -344,9 +344,6 @@ def _stopped(s: Setup, edge, t: int, stop: StopRequest, path: Path) -> Stopped:
     return Stopped(t, stop.signal, path, job)
 
 
-fresh_state = LoopState.fresh   # the bench tools' name for it
-
-
 def finish(fabric) -> None:
     """With several processes: wait until rank 0 has written everything, then
     close the process group, so that no rank exits while the others still use

@@ -301,9 +301,9 @@ def test_ranks_agree_to_stop_when_one_is_signalled(tmp_path):
 
 
 def test_a_rank_that_fails_ends_the_others_within_the_timeout(tmp_path):
-    plugin = str(ROOT / "tests" / "plugins" / "threshold_gossip.py")
-    args = overrides("threshold_gossip", tmp_path / "f", f"plugins=[{plugin}]", "threshold_gossip.fail_rank=1",
-                     "threshold_gossip.fail_round=3", "collective_timeout=30")
+    plugin = str(ROOT / "tests" / "plugins" / "failing_gossip.py")
+    args = overrides("failing_gossip", tmp_path / "f", f"plugins=[{plugin}]", "failing_gossip.rank=1",
+                     "failing_gossip.round=3", "collective_timeout=30")
     started = time.time()
     proc = launch(2, args)
     assert proc.returncode != 0

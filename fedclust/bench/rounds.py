@@ -53,7 +53,7 @@ def checkpoint_cost(config: str, clients: int, rounds: int, overrides: list[str]
         cfg = load_config(config or None, [f"clients={clients}", f"rounds={rounds + 1}", "figures=false",
                                            "progress=false", f"out={out}", *overrides])
         s = runner.setup(cfg, make_fabric(cfg.device, cfg.collective_timeout))
-        state = runner.fresh_state(s)
+        state = runner.LoopState.fresh(s)
         seconds = []
         for t in range(1, rounds + 1):
             seconds.append(runner.round_step(s, state, t).seconds)

@@ -131,7 +131,7 @@ def measure(fabric, cfg, rounds: int) -> dict:
     base = current_rss()
     reset_done = reset_peak()
     s = runner.setup(cfg, fabric)
-    state = runner.fresh_state(s)
+    state = runner.LoopState.fresh(s)
     seconds, gather_s, gather_b, calls = [], [], [], []
     try:
         for t in range(1, rounds + 1):
