@@ -38,7 +38,7 @@ def weighted_average(models: torch.Tensor, weights: torch.Tensor | None = None) 
 
     Raises ValueError for no clients or weights summing to 0: the caller
     decides what an empty round means (e.g. keep the previous model, as
-    :func:`fedclust.algorithms.ifca.cluster_average` does).
+    :func:`cluster_average` does).
     """
     if models.dim() != 2 or models.shape[0] == 0:
         raise ValueError(f"models must be a non-empty [C, P] stack, got shape {tuple(models.shape)}")

@@ -139,15 +139,19 @@ def split_state(state) -> tuple[dict, dict]:
 
 
 class Algorithm:
-    """One algorithm: subclass, declare, register (:func:`registry.register`).
+    """One algorithm: subclass, declare, register (:func:`fedclust.algorithms.registry.register`).
 
     Declared (class attributes, read by the config checks, the runner, the
     figures and the report; none is a name in a central list):
 
     - ``name``: the ``algorithm.name`` that selects it.
     - ``sections``: ``{section name: dataclass}`` of its config keys; each
-      dataclass has defaults and ``validate(self, cfg)`` raising ConfigError
-      with the real key (``fpfc.lam``).  A section may be shared by name.
+      field is declared once there (:func:`fedclust.schema.option`: default
+      and meaning), and ``validate(self, cfg)`` is its one check, raising
+      ConfigError with the real key (``fpfc.lam``).  A section may be shared
+      by name.  :meth:`from_config` hands the object the section instances
+      themselves, which it holds under the section's name and reads as
+      ``self.fpfc.lam``: no copy of a key, no second check.
     - ``needs_k``, ``needs_l``, ``needs_stages``: it uses ``algorithm.k``,
       ``algorithm.l``, a stage one of ``stage1_rounds`` rounds.
     - ``keeps_k_of_l``: each round it draws l candidates and keeps the top k
@@ -180,7 +184,8 @@ class Algorithm:
 
     @classmethod
     def from_config(cls, cfg) -> "Algorithm":
-        """The algorithm object for a validated config."""
+        """The algorithm object for a validated config (:meth:`check` has passed):
+        its sections as they are, the core keys it uses as values."""
         raise NotImplementedError(f"{cls.__name__} must define from_config(cfg)")
 
     @classmethod
