@@ -287,7 +287,7 @@ class FedGroupConfig:
 
 @dataclass
 class FedGroupState:
-    groups: torch.Tensor          # [m, P] group models w^(g_j) (replicated)
+    groups: torch.Tensor          # [m, P] group models w^(g_j) (replicated; m is fedgroup.groups)
     group_updates: torch.Tensor   # [m, P] each group's latest update (Eq. 10)
     global_model: torch.Tensor    # [P] w_t, for newcomers (Alg. 2 l. 11)
     assignment: torch.Tensor      # [n] int64 group of every client, -1: not yet in a group
@@ -315,8 +315,8 @@ class FedGroup(Algorithm):
         return 0.0
 
     def init(self, ctx: Context) -> FedGroupState:
-        groups = ctx.w0.detach().expand(self.fedgroup.groups, -1).clone()
-        return FedGroupState(groups=groups, group_updates=torch.zeros_like(groups), global_model=groups[0].clone(),
+        models = ctx.w0.detach().expand(self.fedgroup.groups, -1).clone()
+        return FedGroupState(groups=models, group_updates=torch.zeros_like(models), global_model=models[0].clone(),
                              assignment=torch.full((ctx.n,), -1, dtype=torch.int64, device=ctx.device))
 
     def starts(self, state: FedGroupState, assignment: torch.Tensor) -> torch.Tensor:
@@ -349,19 +349,19 @@ class FedGroup(Algorithm):
             cold = cold_start_clients(ctx.seed, ctx.n, g.pretrain_scale * g.groups, after.device)
             active = active | cold
             w0 = state.global_model
-            start = group_cold_start(after[cold] - w0, w0, g.groups, ctx.seed)
-            assignment[cold] = start["assign"]
+            grouping = group_cold_start(after[cold] - w0, w0, g.groups, ctx.seed)
+            assignment[cold] = grouping["assign"]
             newcomers = active & ~cold
-            assignment[newcomers] = place_newcomers(after[newcomers] - w0, start["updates"])
-            groups, group_updates = start["models"], start["updates"]
+            assignment[newcomers] = place_newcomers(after[newcomers] - w0, grouping["updates"])
+            models, group_updates = grouping["models"], grouping["updates"]
         else:
             newcomers = active & (assignment < 0)
             members = active & (assignment >= 0)
             assignment[newcomers] = place_newcomers(after[newcomers] - state.global_model, state.group_updates)
             intra = cluster_average(after[members], assignment[members], g.groups, state.groups)
-            groups = inter_group_aggregate(intra, g.inter_lr)
-            group_updates = groups - state.groups
-        state = FedGroupState(groups=groups, group_updates=group_updates, global_model=global_aggregate(groups),
+            models = inter_group_aggregate(intra, g.inter_lr)
+            group_updates = models - state.groups
+        state = FedGroupState(groups=models, group_updates=group_updates, global_model=global_aggregate(models),
                               assignment=assignment)
         return state, server_result(ctx, self.starts(state, own(ctx, assignment)), assignment,
                                     active.to(torch.float64), int(active.sum()))

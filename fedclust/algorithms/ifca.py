@@ -210,13 +210,13 @@ class Ifca(Algorithm):
         models, take over."""
         restarts, restart_rounds = self.ifca.restarts, self.ifca.restart_rounds
         losses = loss_matrix(ctx, state.models)
-        ended = restart_boundary(round_, restarts, restart_rounds)
-        if ended is not None:
+        finished = restart_boundary(round_, restarts, restart_rounds)
+        if finished is not None:
             objective = global_mean(*ifca_objective(losses))
             state = IfcaState(state.models, state.assignment, state.ended + [state.models],
                               state.objectives + [objective])
-            if ended + 1 < restarts:
-                state.models = self._inits(ctx, ended + 1)
+            if finished + 1 < restarts:
+                state.models = self._inits(ctx, finished + 1)
             else:
                 state.picked = pick_restart(state.objectives)
                 state.models = state.ended[state.picked]

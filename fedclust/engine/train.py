@@ -260,10 +260,10 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Ten
     anchor = check_anchor(anchor, mu, flat)
     orders = orders.to(x.device)
     y = y.to(x.device)
-    chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
+    client_chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
     losses = torch.empty(c, dtype=flat.dtype, device=flat.device)
-    for c0 in range(0, c, chunk):  # chunks of clients, each trained at once
-        c1 = min(c, c0 + chunk)
+    for c0 in range(0, c, client_chunk):  # chunks of clients, each trained at once
+        c1 = min(c, c0 + client_chunk)
         losses[c0:c1] = _train_chunk(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], orders[:, c0:c1], settings,
                                      None if anchor is None else anchor[c0:c1], float(mu))
     return losses
