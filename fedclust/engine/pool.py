@@ -37,8 +37,8 @@ def _check(models: torch.Tensor, layout: ParamLayout, x: torch.Tensor, y: torch.
 
 
 # On a CPU a pass should stay near cache size, so that the product reads the
-# gathered first layers from there: measured with 100 clients x 15 peers on 2
-# cores, passes of 1-2 clients (17-33 MB with activations) took 0.94-1.0 s,
+# gathered first layers from there: with 100 clients x 15 peers on 2 cores,
+# passes of 1-2 clients (17-33 MB with activations) take 0.94-1.0 s, passes
 # of 4-8 clients 1.2 s.
 CPU_POOL_BYTES = 40 * 2**20
 
