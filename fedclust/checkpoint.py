@@ -137,6 +137,19 @@ def _saved_config(out: Path) -> dict | None:
     return saved if isinstance(saved, dict) else None
 
 
+def _not_continuable(p: Path, config_dict: dict, sections: tuple[str, ...]) -> str | None:
+    """Why the run files in ``p`` (no checkpoint) may not be replaced by this
+    config's fresh start; None when they are this same config's (a run
+    killed before its first checkpoint: it starts again from round 1)."""
+    if (p / "summary.json").exists():
+        return "a finished run without checkpoints"
+    saved = _saved_config(p)
+    if saved is None:
+        return "a run without a readable config.yaml"
+    diff = config_differences(saved, config_dict, sections)
+    return f"a run of another config (differing keys: {', '.join(diff[:8])}) that wrote no checkpoint" if diff else None
+
+
 def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
     """The checkpoint this run resumes from (None: start afresh).
 
@@ -165,20 +178,11 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
         if cfg.resume == "require":
             raise ConfigError("resume", "require", f"no readable checkpoint under {directory(out)}; run without "
                               "resume=require to start afresh")
-        if not taken or cfg.overwrite:
-            return None
-        saved = _saved_config(p)
-        if (p / "summary.json").exists():
-            why = "a finished run without checkpoints"
-        elif saved is None:
-            why = "a run without a readable config.yaml"
-        elif config_differences(saved, config_dict, sections):
-            shown = ", ".join(config_differences(saved, config_dict, sections)[:8])
-            why = f"a run of another config (differing keys: {shown}) that wrote no checkpoint"
-        else:
-            return None   # this config, killed before its first checkpoint: run it again from round 1
-        raise ConfigError("out", str(out), f"holds {why} ({', '.join(taken)}); nothing is replaced unless asked: "
-                          f"choose another out=DIR, move the old run away, or {replace}")
+        why = None if not taken or cfg.overwrite else _not_continuable(p, config_dict, sections)
+        if why:
+            raise ConfigError("out", str(out), f"holds {why} ({', '.join(taken)}); nothing is replaced unless "
+                              f"asked: choose another out=DIR, move the old run away, or {replace}")
+        return None
     path, payload = found
     diff = config_differences(payload["config"], config_dict, sections)
     if diff and not cfg.overwrite:
