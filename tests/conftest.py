@@ -1,5 +1,19 @@
 import pytest
 
+# Files whose every test runs fedclust end to end (whole runs, launched processes, Slurm jobs): marked
+# "integration", so that `pytest -m "not integration"` runs the fast unit tests alone.  Tests of this kind in
+# other files carry @pytest.mark.integration themselves.
+INTEGRATION_FILES = {"test_resume.py", "test_slurm.py", "test_multinode.py", "test_wandb.py", "test_run.py",
+                     "test_outputs.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in INTEGRATION_FILES:
+            item.add_marker(pytest.mark.integration)
+        if item.path.name == "test_slurm.py":   # one Slurm cluster: its tests share one pytest-xdist worker
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
 
 @pytest.fixture(scope="session")
 def slurm_env():

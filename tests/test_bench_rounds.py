@@ -2,12 +2,15 @@
 
 import json
 
+import pytest
+
 from fedclust.bench import rounds as bench_rounds
 
 TINY = ["data.name=synthetic", "data.synthetic_dim=1", "data.train_size=30", "data.test_size=10", "clients=6",
         "algorithm.k=2", "algorithm.l=3", "seed=1"]
 
 
+@pytest.mark.integration
 def test_round_times_by_stage(capsys):
     argv = ["--config", "", "--rounds", "4", "--stage1", "2", "--algorithms", "random,panm_grad", "--json", *TINY]
     assert bench_rounds.main(argv) == 0
@@ -26,6 +29,7 @@ def test_table_ratios_by_hand():
     assert rows[1] == "| panm_loss | 4.000 | 2.00 | 7.000 | 3.50 |"
 
 
+@pytest.mark.integration
 def test_checkpoint_cost(capsys):
     argv = ["--config", "", "--checkpoint", "6", "--rounds", "2", "--stage1", "1", "--json", *TINY]
     assert bench_rounds.main(argv) == 0

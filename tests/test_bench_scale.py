@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fedclust.bench import scale as bench_scale
 from fedclust.config import load_config
 
@@ -17,6 +19,7 @@ TINY = ["--config", "", "data.name=synthetic", f"data.synthetic_dim={DIM}", "dat
         "algorithm.k=2", "seed=1"]
 
 
+@pytest.mark.integration
 def test_one_process_runs_and_gathers_nothing(capsys):
     assert bench_scale.main(["--clients", "16,8", "--rounds", "2", "--json", *TINY]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -31,6 +34,7 @@ def test_one_process_runs_and_gathers_nothing(capsys):
     assert "| 8 | 1 |" in bench_scale.table(rows)
 
 
+@pytest.mark.integration
 def test_two_processes_gather_bytes_by_hand():
     """Each rank receives every rank's padded shard of [weights (P), training loss, flags] in float32."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")

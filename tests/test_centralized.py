@@ -72,6 +72,7 @@ def same_partition(a, b):
     ["algorithm.name=fpfc", "rounds=20", "model=logreg", "data.synthetic_inputs=shared", "data.synthetic_dim=60",
      "train.lr=0.01", "train.momentum=0", "train.batch_size=10", "train.local_epochs=5"],
 ], ids=["ifca", "cfl", "fedgroup", "fpfc"])
+@pytest.mark.integration
 def test_clustering_methods_recover_the_true_clusters(tmp_path, extra):
     cfg, s = run_cfg(tmp_path, *extra)
     assert s["num_clusters"] == 2 and s["ari"] == pytest.approx(1.0)
@@ -128,6 +129,7 @@ def test_fedavg_and_fedprox_round_equal_a_plain_computation(tmp_path, name, mu):
     assert s["num_clusters"] == 1 and s["models_received_total"] == 2 * cfg.clients
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["fedavg", "ifca", "cfl", "fedgroup", "fedgrouprox", "fpfc"])
 def test_partial_participation_runs(tmp_path, name):
     """participation=0.5: 6 of 12 clients upload per round (server_received)."""
@@ -152,6 +154,7 @@ def _torchrun(tmp_path, nproc, name, extra):
     return read_metrics(tmp_path / name)
 
 
+@pytest.mark.integration
 def test_one_and_two_processes_agree(tmp_path):
     """IFCA on 11 clients over 2 ranks (6 + 5): every client's choice crosses
     ranks through the gathered start models, and the restarts' objective

@@ -91,6 +91,7 @@ def test_slurm_executor_asks_for_usr1_requeue_and_gres(tmp_path, monkeypatch):
     assert "gpus-per-task" not in script
 
 
+@pytest.mark.integration
 def test_local_grid_runs_in_sequence_and_skips_when_run_again(tmp_path):
     def go():
         return subprocess.run([sys.executable, "-m", "launch.submit", "configs/synthetic_cluster4.yaml",

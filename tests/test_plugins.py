@@ -37,6 +37,7 @@ def launch(nproc, args):
     return [json.loads(x) for x in (Path(args[-1].split("=", 1)[1]) / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.integration
 def test_an_outside_algorithm_runs_on_one_and_two_processes(tmp_path):
     args = GOLDEN_OVERRIDES + ["algorithm.name=threshold_gossip", f"plugins=[{PLUGIN}]",
                                "threshold_gossip.threshold=0.3"]
@@ -59,6 +60,7 @@ def test_an_outside_algorithm_runs_on_one_and_two_processes(tmp_path):
     assert saved.threshold_gossip.threshold == 0.3
 
 
+@pytest.mark.integration
 def test_a_plugin_may_build_on_another():
     """The failing test plug-in subclasses the example: loading both (in
     either order, twice) registers each once; it shares the example's section."""
@@ -112,6 +114,7 @@ def test_every_registered_algorithm_conforms(name):
             assert same, f.name
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", registry.builtin_names())
 def test_every_registered_algorithm_runs_on_two_processes_as_on_one(tmp_path, name):
     golden = [json.loads(x) for x in (ROOT / "tests" / "golden" / f"{name}.jsonl").read_text().splitlines()]

@@ -304,6 +304,7 @@ def run_sweep_cli(*args, cwd=ROOT):
                           capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.integration
 def test_local_sweep_runs_every_point_offline_then_nothing_again(tmp_path):
     path = write(tmp_path, """\
         # two tiny runs, tracked by W&B offline
