@@ -136,8 +136,8 @@ def gather_parts(fabric, parts: list[torch.Tensor], n: int) -> list[torch.Tensor
         return list(parts)
     widths = [p.shape[1] for p in parts]
     gathered = gather_rows(fabric, torch.cat(parts, dim=1), n)
-    # Contiguous copies: column views of the buffer (row stride its width) were measured to raise the
-    # peak (later products copy them again: 4.4 GB against 3.7 GB a rank at 1,000 clients).
+    # Contiguous copies: with column views of the buffer (row stride its width) later products copy them
+    # again, which raises the peak (bench-scale, 1,000 clients: 4.4 GB against 3.7 GB a rank).
     return [g.contiguous() for g in torch.split(gathered, widths, dim=1)]
 
 

@@ -15,13 +15,13 @@ import torch
 _MASK = 0xFFFFFFFF
 
 # Named streams keep independent purposes apart.  A stream's number is
-# derived from its name (:func:`stream_id`); the names below keep the numbers
-# they had before names were hashed, so that earlier results reproduce exactly.
+# derived from its name (:func:`stream_id`); the built-in names below have fixed
+# numbers, the ones the golden files and published results were drawn with.
 _FROZEN_IDS = {
     "batch": 1, "neighbors": 2, "candidates": 3, "fixed": 4, "samples": 5, "participation": 6,
     "hnm_candidates": 7, "hnm_sample": 8, "pens": 9, "init": 10,
     "kmeans": 101, "ifca_init": 110, "cold_start": 111,
-    # fedclust.data.synthetic (101 is shared with "kmeans": kept as it was, the draws are keyed differently)
+    # fedclust.data.synthetic (101 is shared with "kmeans": harmless, the draws are keyed differently)
     "synthetic_u": 101, "synthetic_w": 102, "synthetic_b": 103, "synthetic_client_b": 104, "synthetic_v": 105,
     "synthetic_x": 106,
 }
