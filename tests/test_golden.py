@@ -20,8 +20,6 @@ SAME_ENV = (ENV["torch"] == torch.__version__
 NAMES = sorted(p.stem for p in GOLDEN.glob("*.jsonl"))
 
 
-# ARI: the golden files hold the same formula summed in another order; equal to 1e-12.
-LAST_BIT = ("ari",)
 
 
 def _compare(got, want, where):
@@ -33,8 +31,6 @@ def _compare(got, want, where):
         assert len(got) == len(want), where
         for i, (g, w) in enumerate(zip(got, want)):
             _compare(g, w, f"{where}[{i}]")
-    elif isinstance(want, float) and where.rsplit(".", 1)[-1] in LAST_BIT:
-        assert math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-15), where
     elif isinstance(want, float) and not SAME_ENV:
         assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9), where
     else:
