@@ -23,3 +23,24 @@ def summary(out) -> dict:
 
 def results(out) -> tuple[list[dict], dict]:
     return metrics(out), summary(out)
+
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+# Algorithms whose killed and resumed 2-process runs tests/test_resume.py compares with their golden files
+# (so tests/test_plugins.py need not launch them on 2 processes again).
+RESUMED_ON_TWO = ("random", "panm_grad", "panm_loss", "ifca", "fedgroup")
+
+
+def golden_here() -> bool:
+    """Whether tests/golden/ was recorded with this torch build and CPU instruction set: then a run of its
+    config, on one thread per process, equals it bit for bit (tests/test_golden.py)."""
+    import torch
+
+    env = json.loads((GOLDEN / "environment.json").read_text())
+    return env["torch"] == torch.__version__ and env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def golden(name: str) -> tuple[list[dict], dict]:
+    """The golden metrics and summary of ``name``, wall times removed (as :func:`results` gives a run's)."""
+    records = [without_wall(json.loads(x)) for x in (GOLDEN / f"{name}.jsonl").read_text().splitlines()]
+    return records, without_wall(json.loads((GOLDEN / f"{name}.summary.json").read_text()))

@@ -12,12 +12,12 @@ import torch
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 sys.path.insert(0, str(GOLDEN))
-from record import golden_run  # noqa: E402
+from record import golden_run, golden_summary  # noqa: E402
 
 ENV = json.loads((GOLDEN / "environment.json").read_text())
 SAME_ENV = (ENV["torch"] == torch.__version__
             and ENV["cpu_capability"] == torch.backends.cpu.get_cpu_capability())
-NAMES = sorted(p.stem for p in GOLDEN.glob("*.jsonl"))
+NAMES = sorted(p.stem for p in GOLDEN.glob("*.jsonl"))   # each with <name>.summary.json
 
 
 
@@ -53,3 +53,5 @@ def test_metrics_equal_the_golden_file(tmp_path, name):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         _compare(g, w, f"{name} round {w['round']}")
+    _compare(golden_summary(tmp_path / name), json.loads((GOLDEN / f"{name}.summary.json").read_text()),
+             f"{name} summary")

@@ -26,7 +26,7 @@ from fedclust.stopping import EXIT_REQUEUE
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 from record import GOLDEN_OVERRIDES  # noqa: E402
-from run_files import results
+from run_files import RESUMED_ON_TWO, golden, golden_here, results
 
 PAUSE_PLUGIN = "tests/plugins/pause_after_round.py"   # rank 0 waits after round KILL_AFTER (a round-end hook)
 KILL_AFTER = 5          # of 8 rounds; checkpoints every 2: the resume starts from round 4 and redoes round 5
@@ -119,37 +119,45 @@ def assert_same_run(a, b):
     assert sa == sb
 
 
+def assert_uninterrupted(name, out, nproc, reference):
+    """``out`` ended exactly as an uninterrupted run of its config: the golden files where they were recorded
+    with this torch and CPU (an uninterrupted run equals them bit for bit on 1 and 2 processes:
+    tests/test_golden.py, tests/test_plugins.py), else a run launched into ``reference``."""
+    if golden_here():
+        want, got = golden(name), results(out)
+        assert [r["round"] for r in got[0]] == list(range(1, len(got[0]) + 1))   # no line lost or duplicated
+        assert got == want
+        return
+    whole = launch(nproc, overrides(name, reference))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert_same_run(reference, out)
+
+
 @pytest.mark.parametrize("name", registry.builtin_names())
 def test_killed_run_resumes_exactly_on_one_process(tmp_path, name):
-    sub_run(name, tmp_path / "whole")
     killed_run(1, name, tmp_path / "killed")
     sub_run(name, tmp_path / "killed")                     # the same command again continues the run
-    assert_same_run(tmp_path / "whole", tmp_path / "killed")
+    assert_uninterrupted(name, tmp_path / "killed", 1, tmp_path / "whole")
     assert [r for r, _ in checkpoint.candidates(tmp_path / "killed")] == [8, 6]
 
 
-@pytest.mark.parametrize("name", ["random", "panm_grad", "panm_loss", "ifca", "fedgroup"])
+@pytest.mark.parametrize("name", RESUMED_ON_TWO)
 def test_killed_run_resumes_exactly_on_two_processes_and_on_one(tmp_path, name):
-    whole = launch(2, overrides(name, tmp_path / "whole"))
-    assert whole.returncode == 0, whole.stderr[-3000:]
     killed_run(2, name, tmp_path / "killed")
     shutil.copytree(tmp_path / "killed", tmp_path / "killed_to_one")
     again = launch(2, overrides(name, tmp_path / "killed"))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming" in again.stderr
-    assert_same_run(tmp_path / "whole", tmp_path / "killed")
+    assert_uninterrupted(name, tmp_path / "killed", 2, tmp_path / "whole")
     sub_run(name, tmp_path / "killed_to_one")              # 2 -> 1: rows re-sharded
-    sub_run(name, tmp_path / "whole_one")
-    assert_same_run(tmp_path / "whole_one", tmp_path / "killed_to_one")
+    assert_uninterrupted(name, tmp_path / "killed_to_one", 1, tmp_path / "whole_one")
 
 
 def test_one_to_two_processes(tmp_path):
     killed_run(1, "panm_grad", tmp_path / "killed")
     proc = launch(2, overrides("panm_grad", tmp_path / "killed"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    whole = launch(2, overrides("panm_grad", tmp_path / "whole"))
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    assert_same_run(tmp_path / "whole", tmp_path / "killed")
+    assert_uninterrupted("panm_grad", tmp_path / "killed", 2, tmp_path / "whole")
 
 
 # ----------------------------------------------------------------------------
@@ -207,8 +215,7 @@ def test_torn_newest_checkpoint_resumes_from_the_older(tmp_path):
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     proc = launch(1, overrides("oracle", out))
     assert proc.returncode == 0 and "round-000004.pt" in proc.stderr and "cannot be read" in proc.stderr
-    sub_run("oracle", tmp_path / "whole")
-    assert_same_run(tmp_path / "whole", out)
+    assert_uninterrupted("oracle", out, 1, tmp_path / "whole")
 
 
 def test_divergence_keeps_the_last_good_checkpoint_and_metrics(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ GOLDEN_OVERRIDES = [
     "clients=8", "rounds=8", "stage1_rounds=4", "algorithm.k=2", "algorithm.l=3", "seed=3",
     "ifca.restart_rounds=2", "cfl.warmup=2", "fedgroup.pretrain_scale=2", "progress=false", "figures=false",
 ]
-WALL_TIME_KEYS = ("round_seconds",)
+WALL_TIME_KEYS = ("round_seconds", "wall_seconds", "mean_round_seconds")
 
 
 def golden_run(name: str, out: Path) -> list[dict]:
@@ -44,6 +44,11 @@ def golden_run(name: str, out: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in WALL_TIME_KEYS} for r in lines]
 
 
+def golden_summary(out: Path) -> dict:
+    """summary.json of a golden run, wall times removed."""
+    return {k: v for k, v in json.loads((out / "summary.json").read_text()).items() if k not in WALL_TIME_KEYS}
+
+
 def algorithm_names() -> list[str]:
     from fedclust.algorithms import registry
 
@@ -56,6 +61,7 @@ def main() -> int:
         for name in names:
             lines = golden_run(name, Path(tmp) / name)
             (HERE / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+            (HERE / f"{name}.summary.json").write_text(json.dumps(golden_summary(Path(tmp) / name), indent=1) + "\n")
             print(f"{name}: {len(lines)} rounds, final accuracy {lines[-1]['accuracy']:.2f}")
     return 0
 
