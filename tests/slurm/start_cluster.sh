@@ -75,6 +75,7 @@ MinJobAge=600
 KillWait=10
 InactiveLimit=0
 SlurmdTimeout=60
+MessageTimeout=60
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
