@@ -8,6 +8,9 @@ INTEGRATION_FILES = {"test_resume.py", "test_slurm.py", "test_multinode.py", "te
 
 
 def pytest_collection_modifyitems(config, items):
+    # The Slurm tests first: under pytest-xdist their worker starts them at once, while the others share the rest,
+    # instead of leaving them, one after the other, for the end.
+    items.sort(key=lambda item: item.path.name != "test_slurm.py")
     for item in items:
         if item.path.name in INTEGRATION_FILES:
             item.add_marker(pytest.mark.integration)
