@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from fedclust.algorithms.aggregation import weighted_average
-from fedclust.errors import ConfigError
 
 
 def test_weighted_average_by_hand():
