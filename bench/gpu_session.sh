@@ -31,7 +31,7 @@ exec > >(tee "$OUT/session.log") 2>&1
 elapsed() { echo $(( $(date +%s) - start )); }
 
 nvidia-smi -L 2>/dev/null
-python3 -c "import torch, lightning, torchmetrics, scipy, matplotlib, yaml, tqdm
+python3 -c "import torch, lightning_fabric as lightning, scipy, matplotlib, yaml, tqdm
 print('torch', torch.__version__, 'lightning', lightning.__version__, 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0))"
 
 has() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }

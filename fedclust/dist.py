@@ -34,17 +34,54 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def import_fabric():
+    """(Fabric, DDPStrategy), imported when a run starts, not when a config is
+    checked.  Lightning's version probe imports torchmetrics (3-4 s with the
+    torchvision and torch._dynamo it pulls in) only to set a flag for a
+    callback fedclust never uses, so torchmetrics is hidden for the length of
+    this import when nothing has imported it yet; later imports of it work."""
+    import sys
+
+    hide = "torchmetrics" not in sys.modules
+    if hide:
+        sys.modules["torchmetrics"] = None        # makes the probe's import fail at once
+    try:
+        from lightning_fabric import Fabric
+        from lightning_fabric.strategies import DDPStrategy
+    finally:
+        if hide and sys.modules.get("torchmetrics", 0) is None:
+            del sys.modules["torchmetrics"]
+    return Fabric, DDPStrategy
+
+
+class OneProcess:
+    """What the round loop asks of Fabric when the run is one process: rank 0
+    of 1 on its device.  One process has no process group to set up, so it
+    does not pay Fabric's imports (about 2.5 s, mostly torch._dynamo)."""
+
+    world_size, global_rank = 1, 0
+
+    def __init__(self, device: str):
+        self.device = torch.device("cuda", 0) if device == "cuda" else torch.device(device)
+
+    def launch(self) -> None:
+        pass
+
+    def barrier(self) -> None:
+        pass
+
+
 def make_fabric(device: str, timeout_seconds: float = 1800.0):
     """A launched Fabric for the detected environment (gloo on CPU, NCCL on
-    GPU); a collective waits at most ``timeout_seconds`` for the other ranks."""
-    from lightning.fabric import Fabric   # heavy: imported when a run starts, not when a config is checked
-    from lightning.fabric.strategies import DDPStrategy
-
+    GPU) when the launcher started several processes; a collective waits at
+    most ``timeout_seconds`` for the other ranks.  One process gets
+    :class:`OneProcess`."""
     devices, nodes = world_from_env()
     accelerator = resolve_device(device)
-    strategy = "auto"
-    if devices * nodes > 1:
-        strategy = DDPStrategy(timeout=datetime.timedelta(seconds=float(timeout_seconds)))
+    if devices * nodes == 1:
+        return OneProcess(accelerator)
+    Fabric, DDPStrategy = import_fabric()
+    strategy = DDPStrategy(timeout=datetime.timedelta(seconds=float(timeout_seconds)))
     fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=nodes, strategy=strategy)
     fabric.launch()
     return fabric

@@ -65,7 +65,7 @@ class Setup:
     """What one rank holds fixed for the whole run (built once, read by every round)."""
 
     cfg: Config
-    fabric: Any                  # lightning.fabric.Fabric (imported when a run starts)
+    fabric: Any                  # lightning_fabric.Fabric (imported when a run starts)
     rank: int
     world: int
     device: torch.device

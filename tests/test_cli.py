@@ -89,7 +89,7 @@ def test_check_keys_prints_key_default_and_meaning_aligned(capsys):
 
 
 IMPORTS = "import sys\nfrom fedclust.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n" \
-          "print('HEAVY', sorted(m for m in ('torch', 'lightning', 'torchmetrics', 'matplotlib') if m in sys.modules))"
+          "print('HEAVY', sorted(m for m in ('torch', 'lightning', 'lightning_fabric', 'torchmetrics', 'matplotlib') if m in sys.modules))"
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"],

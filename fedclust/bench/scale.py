@@ -54,7 +54,7 @@ from fedclust import runner
 from fedclust.algorithms import registry
 from fedclust.config import load_config
 from fedclust.data.sources import load_raw
-from fedclust.dist import gather_rows, make_fabric, measure_gathers, world_from_env
+from fedclust.dist import gather_rows, import_fabric, make_fabric, measure_gathers, world_from_env
 from fedclust.models import model_spec, parameter_count
 
 MB = 2**20
@@ -206,7 +206,8 @@ def table(rows: list[dict]) -> str:
 
 
 def predict_table(config: str, counts: list[int], world: int, algorithm: str, overrides: list[str]) -> str:
-    import lightning.fabric  # noqa: F401  (what a run has imported before its setup)
+    if world > 1:
+        import_fabric()      # what a run of several processes has imported before its setup
 
     load_base_data(_cfg(config, counts[0], 2, algorithm, overrides))
     base = current_rss()
