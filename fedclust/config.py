@@ -21,13 +21,14 @@ import torch
 from fedclust.algorithms import registry
 from fedclust.data import check_data
 from fedclust.errors import ConfigError
+from fedclust.models import cnn_side, model_spec
 from fedclust.schema import (SECTIONS, AlgorithmConfig, Config, DataConfig, TrainConfig, WandbConfig,  # noqa: F401
                              dump, parse, parse_override, read_yaml, set_key, to_dict, valid_keys, validate_core)
 
 
 def load_plugin(spec: str) -> None:
     """Import a plugin: a module name (``my_lab.algorithms``) or a ``.py``
-    file; importing it registers its algorithms.  Importing twice is a no-op."""
+    file; importing it registers its algorithms and data sets.  Importing twice is a no-op."""
     if spec.endswith(".py"):
         path = Path(spec).resolve()
         name = f"fedclust_plugin_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
@@ -62,7 +63,8 @@ def _plugins_named(raw: dict, overrides) -> list[str]:
 
 
 def load_algorithms(raw: dict, overrides=()) -> None:
-    """Register the built-in algorithms and the plugins a config names (their sections become valid keys)."""
+    """Register the built-in algorithms and the plugins a config names (their sections become valid keys,
+    their data sets valid data.name values): before the config is parsed and checked."""
     registry.load_builtin()
     for spec in _plugins_named(raw, overrides):
         load_plugin(spec)
@@ -85,4 +87,8 @@ def validate(cfg: Config) -> None:
     algorithm.check(cfg)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", "cuda", "no CUDA device is visible here; use device=cpu or device=auto")
-    check_data(cfg.data, cfg.clients)
+    check_data(cfg.data, cfg.clients)   # data-set plugins were imported with the algorithms' (load_algorithms)
+    arch, shape, _ = model_spec(cfg)
+    if arch == "cnn" and (len(shape) != 3 or min(cnn_side(s) for s in shape[1:]) < 1):
+        raise ConfigError("model", cfg.model, f"the cnn needs image inputs (channels, height, width) of at least "
+                          f"18x18, but {cfg.data.name}'s inputs have shape {list(shape)}; use model=mlp")

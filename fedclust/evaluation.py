@@ -9,6 +9,7 @@ import math
 import numpy as np
 import torch
 
+from fedclust.data import dataset
 from fedclust.dist import gather_rows
 from fedclust.engine.train import evaluate
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
@@ -79,12 +80,13 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
         "round_seconds": outcome.seconds,
         "client_accuracy": [round(100.0 * float(a), 2) for a in acc_all],
     }
+    truth = None if ctx.clusters is None else ctx.clusters.cpu().numpy()   # None: not known (ari null)
     if has_lists:
-        record.update(cluster_recovery(all_lists, ctx.clusters.cpu().numpy()))
+        record.update(cluster_recovery(all_lists, truth))
     elif result.assignment is not None:
         labels = result.assignment.cpu().numpy()
         record.update({"num_clusters": int(len(np.unique(labels))),
-                       "ari": adjusted_rand_index(ctx.clusters.cpu().numpy(), labels)})
+                       "ari": None if truth is None else adjusted_rand_index(truth, labels)})
     return record, all_lists
 
 
@@ -97,9 +99,10 @@ def summarize(s, history: list[dict], wall: float) -> dict:
         "algorithm": cfg.algorithm.name,
         "label": cfg.label or cfg.algorithm.name,
         "data": cfg.data.name,
-        "data_clusters": None if cfg.data.name == "synthetic" else cfg.data.clusters,   # synthetic: no such kind
+        # data.clusters applies to a pool only (Synthetic's clusters, a file's clients, are their own)
+        "data_clusters": cfg.data.clusters if dataset(cfg.data).kind_of(cfg.data) == "pool" else None,
         "data_source": s.data.source,
-        "true_clusters": cfg.data.num_clusters,
+        "true_clusters": cfg.data.num_clusters if s.data.clusters is not None else None,   # None: not known
         "model": s.arch,
         "clients": cfg.clients,
         "rounds": cfg.rounds,

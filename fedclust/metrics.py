@@ -15,8 +15,12 @@ def neighbor_precision_recall(lists: torch.Tensor, clusters: torch.Tensor, clien
 
     precision_i = |N_i ∩ same_i| / |N_i| (NaN for an empty list);
     recall_i = |N_i ∩ same_i| / |same_i| with same_i the other members of
-    i's true cluster (NaN if i is alone in its cluster).
+    i's true cluster (NaN if i is alone in its cluster).  Both NaN for every
+    client when the true clusters are not known (``clusters`` None).
     """
+    if clusters is None:
+        nan = torch.full((len(client_ids),), float("nan"), dtype=torch.float64, device=lists.device)
+        return nan, nan.clone()
     clusters = clusters.to(lists.device)
     own = clusters[client_ids.to(lists.device)]
     same = own[:, None] == clusters[None, :]
@@ -65,6 +69,8 @@ def adjusted_rand_index(labels_true, labels_pred) -> float:
 
 
 def cluster_recovery(adjacency: np.ndarray, clusters) -> dict:
-    """``num_clusters`` and ``ari`` of the neighbour graph's components."""
+    """``num_clusters`` and ``ari`` of the neighbour graph's components (ari None when the true clusters are
+    not known)."""
     labels = graph_components(adjacency)
-    return {"num_clusters": int(labels.max() + 1), "ari": adjusted_rand_index(np.asarray(clusters), labels)}
+    ari = None if clusters is None else adjusted_rand_index(np.asarray(clusters), labels)
+    return {"num_clusters": int(labels.max() + 1), "ari": ari}

@@ -26,8 +26,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from fedclust.data import NUM_CLASSES
-from fedclust.data.sources import INPUT_SHAPES
+from fedclust.data import registry as data_registry
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
 
@@ -107,16 +106,17 @@ def build_model(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn
 
 
 def default_arch(data_name: str) -> str:
-    """The model docs/algorithms.md pairs with a data set: cnn for cifar10, logreg for
-    synthetic, mlp otherwise."""
-    return {"cifar10": "cnn", "synthetic": "logreg"}.get(data_name, "mlp")
+    """The model a data set declares for model=auto (docs/algorithms.md: cnn for cifar10, logreg for
+    synthetic, mlp for the others); mlp for a name no registered data set has (a report of a plugin's runs)."""
+    ds = data_registry.find(data_name)
+    return ds.default_model if ds is not None else "mlp"
 
 
 def model_spec(cfg) -> tuple[str, tuple[int, ...], int]:
-    """(architecture, input shape of one sample, classes) of a run's model."""
-    arch = default_arch(cfg.data.name) if cfg.model == "auto" else cfg.model
-    shape = (cfg.data.synthetic_dim,) if cfg.data.name == "synthetic" else INPUT_SHAPES[cfg.data.name]
-    return arch, tuple(shape), NUM_CLASSES
+    """(architecture, input shape of one sample, classes) of a run's model, as its data set declares them."""
+    ds = data_registry.get(cfg.data.name)
+    arch = ds.default_model if cfg.model == "auto" else cfg.model
+    return arch, tuple(ds.input_shape(cfg.data)), int(ds.num_classes(cfg.data))
 
 
 def parameter_count(cfg) -> int:

@@ -35,6 +35,7 @@ import yaml
 
 from fedclust import figures
 from fedclust.algorithms import registry
+from fedclust.data import registry as data_registry
 from fedclust.models import default_arch
 from fedclust.schema import Config, DataConfig
 
@@ -54,7 +55,14 @@ DEFAULT_METRICS = ("final_accuracy", "neighbor_precision", "neighbor_recall", "a
 # where the numbers of ``paper_table()`` come from, for the table's caption
 PAPER_SOURCES = {("fmnist", "rotation", 2): "PANM paper Table 2 (3 seeds)",
                  ("synthetic", None, 4): "FPFC paper Table 1"}
-_DATA_ORDER = ("mnist", "fmnist", "cifar10", "synthetic")   # the paper's column order, then the rest
+_LAST = 1000   # column position of a data set that declares none (report_order), or that is not registered here
+
+
+def _data_position(data: str) -> int:
+    """The data set's declared column position (the papers' order: mnist, fmnist, cifar10, synthetic), then
+    the rest."""
+    ds = data_registry.find(data)
+    return _LAST if ds is None or ds.report_order is None else int(ds.report_order)
 
 
 class ReportError(Exception):
@@ -65,8 +73,8 @@ class Setting(NamedTuple):
     """Everything of a run that changes its numbers and that runs are grouped by; a field is None where the
     run does not record it (no config.yaml)."""
     data: str
-    kind: str | None          # data.clusters; None for Synthetic, whose clusters are its own
-    clusters: int
+    kind: str | None          # data.clusters; None for client-kind data (Synthetic, a file's clients): its own
+    clusters: int | None      # None: the true clusters are not known (a file without `cluster`)
     clients: int | None
     rounds: int | None
     train_size: int | None    # training examples per client
@@ -83,18 +91,19 @@ _FIELD_TEXT = {"clients": "{} clients", "rounds": "{} rounds", "train_size": "tr
 
 
 def reference(data: str) -> dict:
-    """The papers' setting beside a data set (SPEC sections 2, 3 and 7): Synthetic as the FPFC paper's
-    Table 1 (100 clients, 200 rounds, 100 training examples each, logistic regression; the shipped
-    configs/synthetic_cluster4.yaml); the image data sets as the PANM paper's Table 2 (100 clients, 100 + 200
-    rounds, 200 training images each, the data set's model: MLP, CNN for CIFAR-10)."""
-    if data == "synthetic":
-        return dict(clients=100, rounds=200, train_size=100, model="logreg")
-    return dict(clients=100, rounds=300, train_size=200, model=default_arch(data))
+    """The papers' setting beside a data set (SPEC sections 2, 3 and 7), as the data set declares it
+    (``reference``): Synthetic as the FPFC paper's Table 1 (100 clients, 200 rounds, 100 training examples
+    each, logistic regression; the shipped configs/synthetic_cluster4.yaml); the image data sets as the PANM
+    paper's Table 2 (100 clients, 100 + 200 rounds, 200 training images each, the data set's model: MLP, CNN
+    for CIFAR-10).  {} for a data set without one (yours, or one not registered here)."""
+    ds = data_registry.find(data)
+    return dict(ds.reference) if ds is not None and ds.reference else {}
 
 
 def is_reference(key: Setting | None) -> bool:
     """Whether the setting is exactly the papers' for its data set (a field not recorded never is)."""
-    return key is not None and all(getattr(key, f) == v for f, v in reference(key.data).items())
+    ref = reference(key.data) if key is not None else {}
+    return bool(ref) and all(getattr(key, f) == v for f, v in ref.items())
 
 
 def paper_table() -> dict[tuple, dict[str, tuple[float, float]]]:
@@ -200,15 +209,21 @@ def load_runs(dirs, strict: bool = False, warn=None) -> list[dict]:
 
 
 def setting(run: dict) -> Setting | None:
-    """The run's :class:`Setting`; the kind is None for Synthetic (whose clusters are its own, data.clusters
-    does not apply); None where the run does not say which data it used (neither summary.json nor
-    config.yaml names it)."""
-    if not run.get("data") or run.get("true_clusters") is None:
+    """The run's :class:`Setting`; the kind is None for client-kind data (Synthetic, a file's own clients:
+    data.clusters does not apply), the clusters None where they are not known (a file without `cluster`);
+    None where the run does not say which data it used (neither summary.json nor config.yaml names it)."""
+    if not run.get("data") or "true_clusters" not in run:
         return None
-    kind = None if run["data"] == "synthetic" else (run.get("data_clusters") or "rotation")
+    ds = data_registry.find(run["data"])
+    if (ds is not None and ds.kind == "client") or ("data_clusters" in run and run["data_clusters"] is None):
+        kind = None          # the data set's own clusters, or the run says data.clusters did not apply
+    else:
+        kind = run.get("data_clusters") or "rotation"
+    if run["true_clusters"] is None and kind is not None:
+        return None          # a pool run that does not say its clusters
     rest = run.get("_setting") or dict(clients=_int(run.get("clients")), rounds=_int(run.get("rounds_completed")),
                                        train_size=None, model=None)
-    return Setting(run["data"], kind, int(run["true_clusters"]), **rest)
+    return Setting(run["data"], kind, _int(run["true_clusters"]), **rest)
 
 
 def setting_text(key: Setting | None) -> str:
@@ -218,7 +233,10 @@ def setting_text(key: Setting | None) -> str:
     if key is None:
         return "setting unknown"
     data, kind, k = key.data_setting
-    text = f"{data}, {k} clusters" if kind is None else f"{data}, {kind.replace('_', ' ')} {k}"
+    if k is None:
+        text = f"{data}, clusters unknown"
+    else:
+        text = f"{data}, {k} clusters" if kind is None else f"{data}, {kind.replace('_', ' ')} {k}"
     ref = reference(data)
     differ = [_FIELD_TEXT[f].format(getattr(key, f)) for f in ref if getattr(key, f) not in (None, ref[f])]
     unknown = [_FIELD_TEXT[f].format("").strip() for f in ref if getattr(key, f) is None]
@@ -229,11 +247,11 @@ def _setting_order(key: Setting | None) -> tuple:
     """Columns: the paper's data set order, then rotation before label swap, then fewer clusters first, then
     the paper's own setting before others, then by clients, rounds, train size and model (unknown last)."""
     if key is None:
-        return (len(_DATA_ORDER) + 1, "", 1, "", 0, 1)
+        return (_LAST + 1, "", 1, "", 0, 1)
     data, kind, k = key.data_setting
     rest = tuple((getattr(key, f) is None, getattr(key, f) or 0) for f in ("clients", "rounds", "train_size"))
-    return (_DATA_ORDER.index(data) if data in _DATA_ORDER else len(_DATA_ORDER), data,
-            int(kind not in (None, "rotation")), kind or "", k, int(not is_reference(key))) + rest + (key.model or "",)
+    return (_data_position(data), data,
+            int(kind not in (None, "rotation")), kind or "", k or 0, int(not is_reference(key))) + rest + (key.model or "",)
 
 
 def paper_numbers(key: Setting | None) -> dict:

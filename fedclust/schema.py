@@ -48,7 +48,8 @@ class AlgorithmConfig:
 
 @dataclass
 class DataConfig:
-    name: str = option("fmnist", "data set: mnist, fmnist, cifar10 or synthetic")
+    name: str = option("fmnist", "data set: mnist, fmnist, cifar10, synthetic, npz (your arrays, data.path), "
+                                 "torchvision:NAME (e.g. torchvision:KMNIST), or a plugin's")
     root: str = option("data", "folder of the data sets (torchvision layout, or the four Fashion-MNIST IDX files)")
     clusters: str = option("rotation", "what sets image clusters apart: rotation or label_swap (synthetic: each "
                                        "cluster's own (W, b))")
@@ -57,6 +58,11 @@ class DataConfig:
     test_size: int = option(100, "test samples per client")
     share_images: bool = option(False, "allow one image on several clients (runs of thousands of clients)")
     download: bool = option(True, "let torchvision download a missing data set")
+    path: str = option("", "data.name=npz: a .npz (or torch .pt) file of named arrays: x_train, y_train, x_test, "
+                           "y_test (a pool split over clients like fmnist), plus client_train, client_test (each "
+                           "example's client: naturally federated; data.train_size/test_size are then ignored) "
+                           "and optionally cluster, num_classes; inputs normalized by x_train's per-channel "
+                           "mean and std (docs/algorithms.md)")
     synthetic_alpha: float = option(1.0, "Synthetic(alpha, beta) of FedProx: alpha >= 0, std of each cluster's "
                                          "model mean u_k")
     synthetic_beta: float = option(1.0, "Synthetic(alpha, beta): beta >= 0, std of each client's input mean B_i")
@@ -477,9 +483,7 @@ def validate_core(cfg: Config) -> None:
                           "update cosine (PANM paper: 0.5)")
     if not 0.0 < cfg.participation <= 1.0:
         raise ConfigError("participation", cfg.participation, "must lie in (0, 1]: the share of clients per round")
-    one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})
-    if cfg.model == "cnn" and cfg.data.name != "cifar10":
-        raise ConfigError("model", cfg.model, "the CNN takes 32x32x3 images: use it with data.name=cifar10, or model=mlp")
+    one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})   # cnn's input size: fedclust.config.validate
     one_of("device", cfg.device, {"auto", "cpu", "cuda"})
     t = cfg.train
     finite("train.lr", t.lr, "must be a finite number > 0 (the default: 0.08)")

@@ -22,7 +22,7 @@ from scipy import stats
 from fedclust.config import DataConfig
 from fedclust.data import FederatedData, check_data, cluster_of_clients, load_federated
 from fedclust.data import idx as idx_mod
-from fedclust.data import partition, sources, synthetic
+from fedclust.data import partition, registry, sources, synthetic
 from fedclust.errors import ConfigError, DataError
 
 TRAIN_PER_CLASS, TEST_PER_CLASS = 60, 40
@@ -69,7 +69,7 @@ def cfg_of(root, **kw) -> DataConfig:
 
 
 def raw_of(root) -> sources.RawData:
-    return sources.load_raw("fmnist", root, False)
+    return sources.load_fmnist(root, False)
 
 
 # ---------------------------------------------------------------- clusters and class counts
@@ -82,22 +82,22 @@ def test_cluster_blocks_by_hand():
 
 
 def test_class_counts_by_hand():
-    c = partition.class_counts(3, 23)
+    c = partition.class_counts(3, 23, 10)
     assert c.tolist() == [
         [3, 3, 3, 2, 2, 2, 2, 2, 2, 2],
         [2, 2, 2, 3, 3, 3, 2, 2, 2, 2],
         [2, 2, 2, 2, 2, 2, 3, 3, 3, 2],
     ]
-    assert partition.class_counts(4, 20).eq(2).all()
+    assert partition.class_counts(4, 20, 10).eq(2).all()
 
 
 def test_class_demand_and_max_per_client_match_brute_force():
     for n in (1, 3, 7, 20):
         for t in range(0, 45):
-            assert partition.class_demand(n, t).tolist() == partition.class_counts(n, t).sum(0).tolist()
+            assert partition.class_demand(n, t, 10).tolist() == partition.class_counts(n, t, 10).sum(0).tolist()
     have = torch.tensor([7, 5, 9, 6, 8, 5, 6, 7, 9, 10])
     for n in (1, 2, 3, 7, 13):
-        best = max(t for t in range(0, 200) if (partition.class_demand(n, t) <= have).all())
+        best = max(t for t in range(0, 200) if (partition.class_demand(n, t, 10) <= have).all())
         assert partition.max_per_client(n, have) == best
 
 
@@ -106,7 +106,7 @@ def test_class_demand_and_max_per_client_match_brute_force():
 def reference_split(labels, n, t, gen, share):
     """Plain loop version of split_indices with the same random draws."""
     K = 10
-    counts = partition.class_counts(n, t)
+    counts = partition.class_counts(n, t, 10)
     pools = [[i for i in range(len(labels)) if int(labels[i]) == c] for c in range(K)]
     have = [len(p) for p in pools]
     width = max(have)
@@ -149,7 +149,7 @@ def test_split_balanced_and_disjoint():
     assert idx.shape == (n, t)
     assert idx.unique().numel() == n * t                     # no image on two clients, none twice
     counts = torch.stack([torch.bincount(labels[row], minlength=10) for row in idx])
-    assert torch.equal(counts, partition.class_counts(n, t))
+    assert torch.equal(counts, partition.class_counts(n, t, 10))
     assert ((counts == 2) | (counts == 3)).all() and counts.sum(1).eq(t).all()
 
 
@@ -246,7 +246,7 @@ def test_subset_equals_full_rows(fake_root, clusters, k):
 def test_load_balanced_disjoint_and_labels_kept(fake_root):
     cfg = cfg_of(fake_root)                                   # rotation: labels untouched
     raw = raw_of(fake_root)
-    tr, te = partition.federated_indices(raw.train_y, raw.test_y, 20, 20, 20, seed=3)
+    tr, te = partition.federated_indices(raw.train_y, raw.test_y, 20, 20, 20, seed=3, num_classes=10)
     d = load_federated(cfg, 20, seed=3)
     for idx, labels, y in ((tr, raw.train_y, d.train_y), (te, raw.test_y, d.test_y)):
         assert idx.unique().numel() == idx.numel()
@@ -257,7 +257,7 @@ def test_load_balanced_disjoint_and_labels_kept(fake_root):
 def test_rotation_pixels_by_hand(fake_root):
     cfg = cfg_of(fake_root, num_clusters=4, train_size=10, test_size=10)
     raw = raw_of(fake_root)
-    tr, te = partition.federated_indices(raw.train_y, raw.test_y, 8, 10, 10, seed=0)
+    tr, te = partition.federated_indices(raw.train_y, raw.test_y, 8, 10, 10, seed=0, num_classes=10)
     d = load_federated(cfg, 8, seed=0)
     H = W = 28
     rules = {   # cluster -> source pixel (row, col) of output pixel (i, j)
@@ -284,7 +284,7 @@ def test_rotation_pixels_by_hand(fake_root):
 def test_label_swap_by_hand_table(fake_root, k, table):
     cfg = cfg_of(fake_root, clusters="label_swap", num_clusters=k)
     raw = raw_of(fake_root)
-    tr, te = partition.federated_indices(raw.train_y, raw.test_y, 20, 20, 20, seed=2)
+    tr, te = partition.federated_indices(raw.train_y, raw.test_y, 20, 20, 20, seed=2, num_classes=10)
     d = load_federated(cfg, 20, seed=2)
     for y, idx, labels, x, images in ((d.train_y, tr, raw.train_y, d.train_x, raw.train_x),
                                       (d.test_y, te, raw.test_y, d.test_x, raw.test_x)):
@@ -299,7 +299,7 @@ def test_normalization_known_pixel_and_torchvision(fake_root):
     from torchvision import transforms
 
     raw = raw_of(fake_root)
-    tr, _ = partition.federated_indices(raw.train_y, raw.test_y, 20, 20, 20, seed=3)
+    tr, _ = partition.federated_indices(raw.train_y, raw.test_y, 20, 20, 20, seed=3, num_classes=10)
     d = load_federated(cfg_of(fake_root), 20, seed=3)
     img = raw.train_x[tr[0, 0], 0]                             # client 0: cluster 0, no rotation
     v = int(img[5, 7])
@@ -310,7 +310,7 @@ def test_normalization_known_pixel_and_torchvision(fake_root):
     white = partition.normalize(torch.full((1, 1, 1), 255, dtype=torch.uint8), (0.2860,), (0.3530,))
     assert float(black) == pytest.approx(-0.8101983, abs=1e-6)
     assert float(white) == pytest.approx(2.0226629, abs=1e-6)
-    cifar = partition.normalize(torch.full((3, 1, 1), 51, dtype=torch.uint8), *sources.NORMALIZATION["cifar10"])
+    cifar = partition.normalize(torch.full((3, 1, 1), 51, dtype=torch.uint8), registry.get("cifar10").mean, registry.get("cifar10").std)
     assert cifar.flatten().tolist() == pytest.approx([(0.2 - 0.4914) / 0.2470, (0.2 - 0.4822) / 0.2435,
                                                       (0.2 - 0.4465) / 0.2616], abs=1e-6)
 
@@ -325,7 +325,7 @@ def test_too_small_raises_and_share_images_works(fake_root):
     d = load_federated(cfg_of(fake_root, train_size=40, share_images=True), 20, seed=0)
     assert d.train_x.shape == (20, 40, 1, 28, 28)
     raw = raw_of(fake_root)
-    tr, _ = partition.federated_indices(raw.train_y, raw.test_y, 20, 40, 20, seed=0, share=True)
+    tr, _ = partition.federated_indices(raw.train_y, raw.test_y, 20, 40, 20, seed=0, share=True, num_classes=10)
     assert all(row.unique().numel() == 40 for row in tr)
     assert tr.unique().numel() < tr.numel()
 
@@ -334,7 +334,7 @@ def test_too_small_raises_and_share_images_works(fake_root):
 
 def test_missing_dataset_names_folder(tmp_path, monkeypatch):
     with pytest.raises(DataError) as e:
-        sources.load_raw("mnist", tmp_path, download=False)
+        sources.load_torchvision("MNIST", tmp_path, download=False, label="mnist")
     assert "'mnist'" in str(e.value) and str(tmp_path / "MNIST" / "raw") in str(e.value)
     assert "data.download=true" in str(e.value)
     monkeypatch.setattr(sources, "debian_fmnist_folder", lambda: None)
@@ -351,7 +351,7 @@ def test_fmnist_found_in_torchvision_layout(fake_root, tmp_path, monkeypatch):
     raw_dir.mkdir(parents=True)
     for f in fake_root.iterdir():                              # plain (gunzipped) files this time
         (raw_dir / f.name[:-3]).write_bytes(gzip.decompress(f.read_bytes()))
-    a, b = sources.load_raw("fmnist", tmp_path, False), raw_of(fake_root)
+    a, b = sources.load_fmnist(tmp_path, False), raw_of(fake_root)
     assert all(torch.equal(x, y) for x, y in zip(a[:4], b[:4]))   # the four tensors
     assert (a.source, b.source) == (str(raw_dir), str(fake_root))   # the folder each was read from
 
@@ -364,7 +364,7 @@ def test_mnist_through_torchvision(tmp_path):
     for stem, arr in (("train-images-idx3-ubyte", tr_x), ("train-labels-idx1-ubyte", tr_y),
                       ("t10k-images-idx3-ubyte", te_x), ("t10k-labels-idx1-ubyte", te_y)):
         write_idx(raw_dir / stem, arr, gz=False)
-    raw = sources.load_raw("mnist", tmp_path, False)
+    raw = sources.load_torchvision("MNIST", tmp_path, False)
     assert raw.train_x.shape == (30, 1, 28, 28) and raw.train_x.dtype == torch.uint8
     assert torch.equal(raw.train_x[:, 0], torch.from_numpy(tr_x))
     assert torch.equal(raw.test_y, torch.from_numpy(te_y).long())
@@ -384,7 +384,7 @@ def test_cifar_through_torchvision_is_nchw(tmp_path, monkeypatch):
             pickle.dump({"data": batches[name][0], "labels": batches[name][1]}, f)
     with open(folder / "batches.meta", "wb") as f:
         pickle.dump({"label_names": [str(i) for i in range(10)]}, f)
-    raw = sources.load_raw("cifar10", tmp_path, False)
+    raw = sources.load_torchvision("CIFAR10", tmp_path, False)
     assert raw.train_x.shape == (20, 3, 32, 32)
     want = np.concatenate([batches[f"data_batch_{i}"][0] for i in range(1, 6)]).reshape(-1, 3, 32, 32)
     assert torch.equal(raw.train_x, torch.from_numpy(want))  # channel c, row h, col w as in the pickle
@@ -429,9 +429,9 @@ def test_idx_reader_equals_torchvision_on_real_fmnist(tmp_path):
         assert x.dtype == tv.data.dtype and torch.equal(x, tv.data)
         assert torch.equal(y.long(), tv.targets)
     # found without configuration: an empty root falls back to the Debian folder
-    raw = sources.load_raw("fmnist", tmp_path / "empty", False)
+    raw = sources.load_fmnist(tmp_path / "empty", False)
     assert raw.train_x.shape == (60000, 1, 28, 28) and raw.test_x.shape == (10000, 1, 28, 28)
-    assert torch.bincount(raw.train_y).tolist() == list(sources.CLASS_COUNTS["fmnist"][0])
+    assert torch.bincount(raw.train_y).tolist() == list(registry.get("fmnist").counts[0])
 
 
 # ---------------------------------------------------------------- synthetic

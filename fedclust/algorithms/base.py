@@ -29,7 +29,8 @@ class Context:
 
     n: int                       # clients in all
     client_ids: torch.Tensor     # [C] global ids held by this rank (contiguous)
-    clusters: torch.Tensor       # [n] true cluster of every client (Oracle, metrics)
+    clusters: torch.Tensor | None  # [n] true cluster of every client (Oracle, metrics); None when the data does
+    #                                not give them (a file without `cluster`: Oracle refuses it in its check)
     seed: int
     stage1_rounds: int
     w0: torch.Tensor             # [P] common initial weights

@@ -10,6 +10,8 @@ import torch
 from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
 from fedclust.algorithms.registry import register
+from fedclust.data import registry as data_registry
+from fedclust.errors import ConfigError
 
 
 def same_cluster_mask(ctx: Context) -> torch.Tensor:
@@ -36,6 +38,16 @@ class Oracle(PeerAlgorithm):
     @classmethod
     def from_config(cls, cfg) -> "Oracle":
         return cls(k=cfg.algorithm.k)
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        ds = data_registry.find(cfg.data.name)   # an unknown name is the data check's to refuse
+        if ds is not None and not ds.has_true_clusters(cfg.data):
+            raise ConfigError("data.path", cfg.data.path,
+                              "oracle draws its peers from the true clusters, which this data does not give: add a "
+                              "`cluster` array (the true cluster of every client, [clients] integers) to the file, "
+                              "or choose another algorithm")
 
     def init(self, ctx: Context) -> OracleState:
         return OracleState(same_cluster_mask(ctx))

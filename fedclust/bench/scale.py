@@ -53,7 +53,7 @@ import torch
 from fedclust import runner
 from fedclust.algorithms import registry
 from fedclust.config import load_config
-from fedclust.data.sources import load_raw
+from fedclust.data import dataset
 from fedclust.dist import gather_rows, import_fabric, make_fabric, measure_gathers, world_from_env
 from fedclust.models import model_spec, parameter_count
 
@@ -115,9 +115,9 @@ def law(cfg, world: int, base: float = 0.0) -> dict:
 
 
 def load_base_data(cfg) -> None:
-    """Read the base image set into the per-process cache, so that every count's "RSS before setup" holds it."""
-    if cfg.data.name != "synthetic":
-        load_raw(cfg.data.name, cfg.data.root, cfg.data.download)
+    """Read the base data (a pool's images, a file) into the per-process cache, so that every count's "RSS
+    before setup" holds it (generated data: nothing)."""
+    dataset(cfg.data).preload(cfg.data)
 
 
 def measure(fabric, cfg, rounds: int) -> dict:

@@ -26,8 +26,6 @@ import torch
 
 from fedclust.errors import DataError
 
-NUM_CLASSES = 10
-
 # quarter turns (counter-clockwise, torch.rot90 on dims (H, W)) of each cluster
 ROTATION_QUARTERS = {2: (0, 2), 4: (0, 1, 2, 3)}
 # label pairs swapped by each cluster
@@ -44,7 +42,7 @@ def cluster_of_clients(num_clients: int, num_clusters: int) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(num_clusters), sizes)
 
 
-def class_counts(num_clients: int, per_client: int, num_classes: int = NUM_CLASSES) -> torch.Tensor:
+def class_counts(num_clients: int, per_client: int, num_classes: int) -> torch.Tensor:
     """[n, K] images of each class per client: ``per_client // K`` each plus one
     on classes ``(i*r + j) mod K``, ``j < r``, for ``r = per_client % K``."""
     base, r = divmod(per_client, num_classes)
@@ -54,7 +52,7 @@ def class_counts(num_clients: int, per_client: int, num_classes: int = NUM_CLASS
     return base + extra.long()
 
 
-def class_demand(num_clients: int, per_client: int, num_classes: int = NUM_CLASSES) -> torch.Tensor:
+def class_demand(num_clients: int, per_client: int, num_classes: int) -> torch.Tensor:
     """[K] images of each class all clients need together: ``ceil((n*t - c) / K)``
     (the n*t images dealt cyclically over classes), equal to ``class_counts(...).sum(0)``."""
     total = num_clients * per_client
@@ -109,12 +107,14 @@ def split_indices(
     gen: torch.Generator,
     share: bool = False,
     what: str = "data.train_size",
-    num_classes: int = NUM_CLASSES,
+    num_classes: int | None = None,
 ) -> torch.Tensor:
     """[n, per_client] indices into ``labels`` for every client (see the module
     docstring).  Raises DataError with the numbers when the split is too
     small and ``share`` is false; ``what`` names the config field."""
     labels = labels.to("cpu", torch.int64)
+    if num_classes is None:                                    # the labels' own count
+        num_classes = int(labels.max()) + 1 if len(labels) else 1
     n, t = num_clients, per_client
     counts = class_counts(n, t, num_classes)                   # [n, K]
     pools, have = _class_pools(labels, num_classes)
@@ -162,12 +162,14 @@ def federated_indices(
     test_size: int,
     seed: int,
     share: bool = False,
+    *,
+    num_classes: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Global (train [n, train_size], test [n, test_size]) image indices of all
     clients, a pure function of the arguments (one generator seeded by ``seed``)."""
     gen = torch.Generator().manual_seed(seed)
-    train = split_indices(train_labels, num_clients, train_size, gen, share, "data.train_size")
-    test = split_indices(test_labels, num_clients, test_size, gen, share, "data.test_size")
+    train = split_indices(train_labels, num_clients, train_size, gen, share, "data.train_size", num_classes)
+    test = split_indices(test_labels, num_clients, test_size, gen, share, "data.test_size", num_classes)
     return train, test
 
 
@@ -183,7 +185,7 @@ def rotate(x: torch.Tensor, clusters: torch.Tensor, num_clusters: int) -> torch.
     return out
 
 
-def label_tables(num_clusters: int, num_classes: int = NUM_CLASSES) -> torch.Tensor:
+def label_tables(num_clusters: int, num_classes: int) -> torch.Tensor:
     """[num_clusters, K] new label of each old label, per cluster (docs/algorithms.md)."""
     table = torch.arange(num_classes).repeat(num_clusters, 1)
     for cluster, (a, b) in enumerate(LABEL_SWAPS[num_clusters]):
@@ -191,9 +193,9 @@ def label_tables(num_clusters: int, num_classes: int = NUM_CLASSES) -> torch.Ten
     return table
 
 
-def swap_labels(y: torch.Tensor, clusters: torch.Tensor, num_clusters: int) -> torch.Tensor:
-    """Relabel ``y`` [C, m] of clients in cluster ``clusters[C]`` by the cluster's swap."""
-    table = label_tables(num_clusters).to(y.device)
+def swap_labels(y: torch.Tensor, clusters: torch.Tensor, num_clusters: int, num_classes: int) -> torch.Tensor:
+    """Relabel ``y`` [C, m] of clients in cluster ``clusters[C]`` by the cluster's swap (labels < num_classes)."""
+    table = label_tables(num_clusters, num_classes).to(y.device)
     return table[clusters.to(y.device)[:, None], y]
 
 

@@ -1,51 +1,37 @@
-"""Base image data sets (docs/algorithms.md): MNIST, Fashion-MNIST, CIFAR-10 as raw
-uint8 tensors ``[N, C, H, W]`` with int64 labels, loaded once per process.
+"""Reading the built-in image data sets (docs/algorithms.md) as raw uint8
+tensors ``[N, C, H, W]`` with int64 labels, once per process.  What each data
+set declares (shape, classes, normalisation) is in its own module of
+:mod:`fedclust.data.sets`; this module holds the readers they share.
 
-- MNIST and CIFAR-10 come through torchvision (``root=data.root``,
-  ``download=data.download``).
-- Fashion-MNIST is read from a folder holding the four IDX files (``.gz`` or
-  plain), looked for in ``data.root``, then ``data.root/FashionMNIST/raw``
-  (torchvision's layout), then the folder of the Debian package
-  ``dataset-fashion-mnist`` (found with ``dpkg -L``); only if none has them
-  does torchvision download them.
-
-Per-channel statistics (docs/algorithms.md) are the usual published constants; the
-class counts let the config be checked without reading any image.
+- Through torchvision (:func:`load_torchvision`: MNIST, CIFAR-10 and any
+  ``torchvision:NAME``): ``root=data.root``, ``download=data.download``.  A
+  download happens under an exclusive lock on ``data.root/.fedclust-download.lock``,
+  so that the ranks of one machine (each checks the config, and reads the data,
+  before any process group exists) download once: the first takes the lock and
+  downloads, the others wait for it and then find the files.
+- Fashion-MNIST (:func:`load_fmnist`) is read from a folder holding the four IDX
+  files (``.gz`` or plain), looked for in ``data.root``, then
+  ``data.root/FashionMNIST/raw`` (torchvision's layout), then the folder of
+  the Debian package ``dataset-fashion-mnist`` (found with ``dpkg -L``); only
+  if none has them does torchvision download them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import shutil
 import subprocess
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
+from fedclust.data.base import RawData
 from fedclust.data.idx import find_idx_file, read_idx
 from fedclust.errors import DataError
 
-IMAGE_DATASETS = ("mnist", "fmnist", "cifar10")
-
-INPUT_SHAPES = {"mnist": (1, 28, 28), "fmnist": (1, 28, 28), "cifar10": (3, 32, 32)}
-
-# per-channel (mean, std) of the training split, as used with torchvision Normalize
-NORMALIZATION = {
-    "mnist": ((0.1307,), (0.3081,)),
-    "fmnist": ((0.2860,), (0.3530,)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-}
-
-# images per class in the (train, test) splits; MNIST is not exactly balanced
-CLASS_COUNTS = {
-    "mnist": (
-        (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949),
-        (980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009),
-    ),
-    "fmnist": ((6000,) * 10, (1000,) * 10),
-    "cifar10": ((5000,) * 10, (1000,) * 10),
-}
+__all__ = ["RawData", "load_fmnist", "load_torchvision", "fmnist_folders", "read_idx_folder", "debian_fmnist_folder"]
 
 FMNIST_FILES = {
     "train_x": "train-images-idx3-ubyte",
@@ -55,16 +41,6 @@ FMNIST_FILES = {
 }
 
 DEBIAN_PACKAGE = "dataset-fashion-mnist"
-
-
-class RawData(NamedTuple):
-    """Raw splits: images uint8 [N, C, H, W], labels int64 [N], and the folder they were read from."""
-
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    source: str = ""
 
 
 @functools.lru_cache(maxsize=1)
@@ -116,6 +92,22 @@ def _missing(name: str, folders: list[Path], err: Exception | None, how: str) ->
     return DataError(f"data set '{name}' not found; looked in: {looked}{why}. To get it: {how}")
 
 
+@contextlib.contextmanager
+def download_lock(root: Path, download: bool):
+    """Hold an exclusive lock on ``root/.fedclust-download.lock`` while downloading (see the module doc);
+    nothing when ``download`` is false."""
+    if not download:
+        yield
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".fedclust-download.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _load_fmnist(root: Path, download: bool) -> RawData:
     folders = fmnist_folders(root)
     for folder in folders:
@@ -132,8 +124,9 @@ def _load_fmnist(root: Path, download: bool) -> RawData:
     try:
         from torchvision import datasets
 
-        datasets.FashionMNIST(str(root), train=True, download=True)
-        datasets.FashionMNIST(str(root), train=False, download=True)
+        with download_lock(root, download):
+            datasets.FashionMNIST(str(root), train=True, download=True)
+            datasets.FashionMNIST(str(root), train=False, download=True)
     except Exception as err:  # network errors come in many types
         raise _missing("fmnist", folders, err, how) from err
     data = read_idx_folder(root / "FashionMNIST" / "raw")
@@ -142,40 +135,67 @@ def _load_fmnist(root: Path, download: bool) -> RawData:
     return data
 
 
-def _load_torchvision(name: str, root: Path, download: bool) -> RawData:
+@functools.lru_cache(maxsize=4)
+def _fmnist_cached(root: str, download: bool) -> RawData:
+    return _load_fmnist(Path(root), download)
+
+
+def load_fmnist(root: str | Path, download: bool) -> RawData:
+    """Fashion-MNIST's raw splits, cached per process (treat as read-only).  Raises DataError naming the
+    folders looked in when the files are missing."""
+    return _fmnist_cached(str(Path(root).expanduser().resolve()), bool(download))
+
+
+def torchvision_folder(cls) -> str:
+    """The folder, relative to data.root, where torchvision's ``cls`` keeps its files."""
+    base = getattr(cls, "base_folder", None)
+    return base if isinstance(base, str) else f"{cls.__name__}/raw"
+
+
+def as_nchw(x: torch.Tensor) -> torch.Tensor:
+    """Images [N, H, W] or [N, H, W, C] (torchvision's .data) -> [N, C, H, W]; [N, C, H, W] is kept."""
+    if x.ndim == 3:
+        return x.unsqueeze(1)
+    if x.ndim == 4 and x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4):
+        return x.permute(0, 3, 1, 2)
+    return x
+
+
+def _load_torchvision(cls_name: str, root: Path, download: bool, label: str) -> RawData:
     from torchvision import datasets
 
-    cls = {"mnist": datasets.MNIST, "cifar10": datasets.CIFAR10}[name]
-    folder = root / ("MNIST/raw" if name == "mnist" else "cifar-10-batches-py")
+    cls = getattr(datasets, cls_name)
+    folder = root / torchvision_folder(cls)
     how = (
-        "run once with network and data.download=true, or copy torchvision's folder "
+        f"run once with network and data.download=true, or copy torchvision's folder for datasets.{cls_name} "
         f"('{folder.relative_to(root)}') into data.root"
     )
     try:
-        sets = [cls(str(root), train=train, download=download) for train in (True, False)]
+        with download_lock(root, download):
+            sets = [cls(str(root), train=train, download=download) for train in (True, False)]
+    except TypeError as err:   # a class without train=True/False
+        raise DataError(f"data set '{label}': torchvision.datasets.{cls_name} takes no train=True/False "
+                        f"({err}); save its splits as an .npz and use data.name=npz") from err
     except Exception as err:  # RuntimeError when absent, URLError/OSError when offline
-        raise _missing(name, [folder], err, how) from err
+        raise _missing(label, [folder], err, how) from err
     out = []
     for ds in sets:
-        x = torch.as_tensor(ds.data)
-        x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)  # CIFAR is NHWC
-        out += [x.to(torch.uint8).contiguous(), torch.as_tensor(ds.targets, dtype=torch.int64)]
+        if not (hasattr(ds, "data") and hasattr(ds, "targets")):
+            raise DataError(f"data set '{label}': torchvision.datasets.{cls_name} has no .data and .targets; "
+                            "save its splits as an .npz and use data.name=npz")
+        x = as_nchw(torch.as_tensor(ds.data)).contiguous()    # uint8 for the image sets
+        out += [x, torch.as_tensor(ds.targets, dtype=torch.int64)]
     return RawData(*out, str(folder))
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(name: str, root: str, download: bool) -> RawData:
-    if name == "fmnist":
-        return _load_fmnist(Path(root), download)
-    return _load_torchvision(name, Path(root), download)
+def _torchvision_cached(cls_name: str, root: str, download: bool, label: str) -> RawData:
+    return _load_torchvision(cls_name, Path(root), download, label)
 
 
-def load_raw(name: str, root: str | Path, download: bool) -> RawData:
-    """Raw uint8 images and labels of a base data set, cached per process.
-
-    Treat the result as read-only: it is shared by every later call.
-    Raises DataError naming the folders looked in when the set is missing.
-    """
-    if name not in IMAGE_DATASETS:
-        raise ValueError(f"unknown image data set {name!r}; expected one of {IMAGE_DATASETS}")
-    return _load_cached(name, str(Path(root).expanduser().resolve()), bool(download))
+def load_torchvision(cls_name: str, root: str | Path, download: bool, label: str | None = None) -> RawData:
+    """The train and test splits of ``torchvision.datasets.<cls_name>`` as raw [N, C, H, W] images and int64
+    labels, cached per process (treat as read-only); ``label`` names the data set in errors.  Raises
+    DataError naming the folder to fill when the files are missing and cannot be downloaded."""
+    return _torchvision_cached(cls_name, str(Path(root).expanduser().resolve()), bool(download),
+                               label or cls_name)

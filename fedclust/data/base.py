@@ -1,0 +1,277 @@
+"""What a data set declares (docs/algorithms.md, "Data"), and the two ways
+clients get their data.
+
+A data set is a :class:`DataSet` subclass registered with
+:func:`fedclust.data.registry.register`.  It declares its ``name``, its
+default model (``default_model``), its input shape and class count (methods
+of the data config: Synthetic's shape depends on ``data.synthetic_dim``, a
+file's on the file), how it is checked (``check``: reading no image where it
+can) and how it is loaded (``load``).  Two kinds:
+
+- ``pool`` (:class:`PoolDataSet`): a labelled pool (train and test splits)
+  split over the clients, class-balanced (:mod:`fedclust.data.partition`),
+  and transformed per cluster by ``data.clusters`` (rotation, label_swap).
+  A subclass declares only its splits (``raw``), its normalisation and,
+  to check sizes without reading images, its class counts.
+- ``client``: the data comes per client (Synthetic's generator, a naturally
+  federated file); ``data.clusters`` does not apply.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import torch
+
+from fedclust.data.partition import (
+    LABEL_SWAPS,
+    ROTATION_QUARTERS,
+    class_demand,
+    cluster_of_clients,
+    federated_indices,
+    max_per_client,
+    rotate,
+    swap_labels,
+)
+from fedclust.errors import ConfigError
+from fedclust.schema import DataConfig
+
+CLUSTER_KINDS = ("rotation", "label_swap")
+KINDS = ("pool", "client")
+
+
+@dataclass
+class FederatedData:
+    """The held clients' data; row c of each tensor is client ``client_ids[c]``."""
+
+    train_x: torch.Tensor        # [C, Ntrain, *input_shape] float32, normalized (docs/algorithms.md)
+    train_y: torch.Tensor        # [C, Ntrain] int64
+    test_x: torch.Tensor         # [C, Ntest, *input_shape]
+    test_y: torch.Tensor         # [C, Ntest]
+    clusters: torch.Tensor | None  # [num_clients] int64 true cluster of every client; None: not known (a file
+    #                                without a `cluster` array): neighbour precision, recall and ARI are then null
+    client_ids: torch.Tensor     # [C] global ids of the held clients
+    input_shape: tuple[int, ...]
+    num_classes: int
+    source: str | None = None    # the folder (or file) the data was read from (None: generated)
+    # [C] int64 real examples of each held client, the rest of its row padding (x = 0, y = 0); None when every
+    # client (of all, on every rank) has the full width Ntrain (Ntest).  Only naturally federated files set them.
+    train_counts: torch.Tensor | None = None
+    test_counts: torch.Tensor | None = None
+
+
+class RawData(NamedTuple):
+    """A labelled pool: images [N, *shape] (uint8 for the built-in image sets), labels int64 [N], and the
+    folder or file they were read from."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    source: str = ""
+
+
+def positive_int(field: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(field, value, "use a positive integer")
+
+
+def check_cluster_kind(cfg: DataConfig) -> None:
+    if cfg.clusters not in CLUSTER_KINDS:
+        raise ConfigError("data.clusters", cfg.clusters, f"use one of {', '.join(CLUSTER_KINDS)}")
+
+
+class DataSet:
+    """One data set (see the module docstring).  Instances are cheap: the
+    registry makes one per lookup; whatever is read is cached per process by
+    the data set's module."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = "pool"            # "pool" or "client" (see the module docstring)
+    default_model: ClassVar[str] = "mlp"    # model=auto: "logreg", "mlp" or "cnn"
+    # report: column position among the papers' data sets (None: after them, by name), and the papers'
+    # setting for this data set (keys clients, rounds, train_size, model; None: no paper setting)
+    report_order: ClassVar[int | None] = None
+    reference: ClassVar[dict | None] = None
+    # a name written NAME:ARGUMENT (torchvision:KMNIST); the argument is passed to __init__
+    takes_argument: ClassVar[bool] = False
+    argument_help: ClassVar[str] = ""
+
+    def __init__(self, argument: str | None = None):
+        self.argument = argument
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.name}:{self.argument}" if self.takes_argument else self.name
+
+    def kind_of(self, cfg: DataConfig) -> str:
+        """The kind for this config (a file's form decides for npz)."""
+        return self.kind
+
+    def input_shape(self, cfg: DataConfig) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def num_classes(self, cfg: DataConfig) -> int:
+        raise NotImplementedError
+
+    def has_true_clusters(self, cfg: DataConfig) -> bool:
+        """Whether the clients' true clusters are known (Oracle and the cluster metrics need them)."""
+        return True
+
+    def check(self, cfg: DataConfig, num_clients: int) -> None:
+        """Raise ConfigError (or DataError for bad data) naming the field, the value and the fix."""
+        raise NotImplementedError
+
+    def load(self, cfg: DataConfig, num_clients: int, seed: int, ids: torch.Tensor,
+             device: torch.device) -> FederatedData:
+        """The data of the clients ``ids`` (a pure function of (cfg, num_clients, seed) row by row)."""
+        raise NotImplementedError
+
+    def preload(self, cfg: DataConfig) -> None:
+        """Read what ``load`` reads into the per-process cache (bench-scale); nothing by default."""
+
+
+class PoolDataSet(DataSet):
+    """A labelled pool split over clients and transformed per cluster (fmnist's way)."""
+
+    kind = "pool"
+    shape: ClassVar[tuple[int, ...]] = ()
+    classes: ClassVar[int] = 10
+    mean: ClassVar[tuple[float, ...]] = ()
+    std: ClassVar[tuple[float, ...]] = ()
+    scale: ClassVar[float | None] = 255.0    # inputs are divided by it before the normalisation (uint8 -> [0, 1])
+    # images per class of the (train, test) splits, so that sizes are checked without reading; None: read
+    counts: ClassVar[tuple[tuple[int, ...], tuple[int, ...]] | None] = None
+
+    def raw(self, cfg: DataConfig) -> RawData:
+        raise NotImplementedError
+
+    def input_shape(self, cfg: DataConfig) -> tuple[int, ...]:
+        return tuple(self.shape)
+
+    def num_classes(self, cfg: DataConfig) -> int:
+        return self.classes
+
+    def normalization(self, cfg: DataConfig) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Per-channel (mean, std) of the training split (after ``scale``)."""
+        return tuple(self.mean), tuple(self.std)
+
+    def class_counts(self, cfg: DataConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        if self.counts is not None:
+            return self.counts
+        raw, k = self.raw(cfg), self.num_classes(cfg)
+        return tuple(tuple(torch.bincount(y, minlength=k)[:k].tolist()) for y in (raw.train_y, raw.test_y))
+
+    def normalize(self, cfg: DataConfig, x: torch.Tensor) -> torch.Tensor:
+        """Inputs [..., *shape] -> float32 divided by ``scale`` then normalized per channel (the channel is
+        the first input dimension of [ch, H, W] inputs; other shapes take one mean and std); for uint8
+        images and scale 255 the same operations as torchvision ``ToTensor`` + ``Normalize``."""
+        mean, std = self.normalization(cfg)
+        dims = len(self.input_shape(cfg))
+        view = (-1, 1, 1) if dims == 3 else ()            # per channel of [ch, H, W]; else one number
+        m = torch.as_tensor(mean, dtype=torch.float32, device=x.device).reshape(view)
+        s = torch.as_tensor(std, dtype=torch.float32, device=x.device).reshape(view)
+        x = x.to(torch.float32)
+        if self.scale is not None:
+            x = x.div(self.scale)
+        return x.sub(m).div(s)
+
+    def preload(self, cfg: DataConfig) -> None:
+        self.raw(cfg)
+
+    # ---------------------------------------------------------------- check
+
+    def check(self, cfg: DataConfig, num_clients: int) -> None:
+        check_cluster_kind(cfg)
+        allowed = sorted(ROTATION_QUARTERS if cfg.clusters == "rotation" else LABEL_SWAPS)
+        if cfg.num_clusters not in allowed:
+            raise ConfigError(
+                "data.num_clusters", cfg.num_clusters,
+                f"{cfg.clusters} defines {' or '.join(map(str, allowed))} clusters (docs/algorithms.md)",
+            )
+        for field in ("train_size", "test_size"):
+            positive_int(f"data.{field}", getattr(cfg, field))
+        if not isinstance(num_clients, int) or num_clients < cfg.num_clusters:
+            raise ConfigError(
+                "clients", num_clients, f"use at least data.num_clusters={cfg.num_clusters} clients"
+            )
+        self.check_transform(cfg)
+        have = self.class_counts(cfg)
+        self._check_size(cfg, num_clients, "data.train_size", cfg.train_size, torch.tensor(have[0]), "train")
+        self._check_size(cfg, num_clients, "data.test_size", cfg.test_size, torch.tensor(have[1]), "test")
+
+    def check_transform(self, cfg: DataConfig) -> None:
+        """Refuse a cluster transform the inputs or labels cannot take."""
+        if cfg.clusters == "rotation":
+            shape = self.input_shape(cfg)
+            if len(shape) != 3 or shape[1] != shape[2]:
+                raise ConfigError(
+                    "data.clusters", "rotation",
+                    f"rotation needs square image inputs [channels, H, W] but {self.full_name}'s inputs have shape "
+                    f"{list(shape)}; use data.clusters=label_swap, or give the images as [N, channels, H, W] "
+                    "with H = W")
+        else:
+            k = self.num_classes(cfg)
+            pairs = LABEL_SWAPS[cfg.num_clusters]
+            need = 1 + max(max(p) for p in pairs)
+            if k < need:
+                raise ConfigError(
+                    "data.clusters", "label_swap",
+                    f"label_swap with {cfg.num_clusters} clusters swaps the label pairs {list(pairs)} and needs at "
+                    f"least {need} classes, but {self.full_name} has {k}; use data.clusters=rotation")
+
+    def _check_size(self, cfg: DataConfig, num_clients: int, field: str, size: int, have: torch.Tensor,
+                    split: str) -> None:
+        """Raise when num_clients x size images of the split do not fit without sharing."""
+        k = len(have)
+        demand = class_demand(num_clients, size, k)
+        if bool((demand <= have).all()):
+            return
+        if cfg.share_images:
+            if math.ceil(size / k) > int(have.min()):
+                raise ConfigError(
+                    field, size,
+                    f"one client would need {math.ceil(size / k)} distinct images of a class but "
+                    f"{self.full_name} has {int(have.min())} of its smallest class; use at most "
+                    f"{k * int(have.min())}",
+                )
+            return
+        c = int(torch.argmax(demand - have))
+        raise ConfigError(
+            field, size,
+            f"{num_clients} clients x {size} images need {int(demand[c])} images of class {c} but "
+            f"{self.full_name}'s {split} split has {int(have[c])} "
+            f"({int(have.sum())} in all); use at most {max_per_client(num_clients, have)} per client, "
+            "fewer clients, or set data.share_images=true to let clients share images",
+        )
+
+    # ---------------------------------------------------------------- load
+
+    def load(self, cfg: DataConfig, num_clients: int, seed: int, ids: torch.Tensor,
+             device: torch.device) -> FederatedData:
+        raw = self.raw(cfg)
+        k = self.num_classes(cfg)
+        clusters = cluster_of_clients(num_clients, cfg.num_clusters)
+        held = clusters[ids]
+        train_idx, test_idx = federated_indices(
+            raw.train_y, raw.test_y, num_clients, cfg.train_size, cfg.test_size, seed, cfg.share_images,
+            num_classes=k,
+        )
+        out = []
+        for images, labels, idx in ((raw.train_x, raw.train_y, train_idx), (raw.test_x, raw.test_y, test_idx)):
+            x = images[idx[ids]].to(device)                          # [C, m, *shape] as stored
+            y = labels[idx[ids]].to(device)
+            if cfg.clusters == "rotation":
+                x = rotate(x, held.to(device), cfg.num_clusters)
+            else:
+                y = swap_labels(y, held.to(device), cfg.num_clusters, k)
+            out += [self.normalize(cfg, x), y]
+        train_x, train_y, test_x, test_y = out
+        return FederatedData(
+            train_x=train_x.contiguous(), train_y=train_y.contiguous(),
+            test_x=test_x.contiguous(), test_y=test_y.contiguous(),
+            clusters=clusters.to(device), client_ids=ids.to(device),
+            input_shape=self.input_shape(cfg), num_classes=k, source=raw.source,
+        )
