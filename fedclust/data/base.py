@@ -97,7 +97,8 @@ class DataSet:
     reference: ClassVar[dict | None] = None
     # a name written NAME:ARGUMENT (torchvision:KMNIST); the argument is passed to __init__
     takes_argument: ClassVar[bool] = False
-    argument_help: ClassVar[str] = ""
+    argument_help: ClassVar[str] = ""       # what the argument is, as shown in names(): torchvision:NAME
+    argument_example: ClassVar[str] = ""    # one, for error messages: KMNIST
 
     def __init__(self, argument: str | None = None):
         self.argument = argument

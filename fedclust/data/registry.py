@@ -74,7 +74,8 @@ def get(name, field: str = "data.name") -> DataSet:
     base, sep, argument = str(name).partition(":")
     cls = _CLASSES.get(base)
     if cls is not None and cls.takes_argument:
-        raise ConfigError(field, name, f"write {_shown(cls)}, e.g. {base}:{cls.argument_help or 'NAME'}")
+        example = f" (e.g. {base}:{cls.argument_example})" if cls.argument_example else ""
+        raise ConfigError(field, name, f"write {_shown(cls)}{example}")
     if cls is not None:
         raise ConfigError(field, name, f"'{base}' takes no ':{argument}'; write data.name={base}")
     close = difflib.get_close_matches(base, list(_CLASSES), n=1)

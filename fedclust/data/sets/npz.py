@@ -1,0 +1,311 @@
+"""Your own arrays: ``data.name=npz data.path=FILE.npz`` (or a torch ``.pt``
+of the same named tensors, read with ``torch.load(weights_only=True)``).
+
+Arrays (x as [N, *shape], any numeric dtype; y integer labels 0..K-1):
+
+- pool form: ``x_train, y_train, x_test, y_test``.  Split over the clients
+  and transformed per cluster exactly as Fashion-MNIST (``data.clusters``,
+  ``data.num_clusters``, ``data.train_size``, ``data.test_size``,
+  ``data.share_images``; rotation needs square images [channels, H, W]).
+- natural form: plus ``client_train, client_test`` (the client id of every
+  example, ids 0..n-1, every client holding at least one training and one
+  test example) and optionally ``cluster`` ([n] true cluster of each client,
+  0..k-1; then ``data.num_clusters`` must be k).  ``clients`` must be n;
+  ``data.train_size``, ``data.test_size`` and the cluster transforms do not
+  apply.  A client's examples keep the file's order; rows are padded to the
+  largest count over all clients (x = 0, y = 0) and
+  ``FederatedData.train_counts``/``test_counts`` say how many are real
+  (None when all clients hold the same number).  Without ``cluster`` the
+  true clusters are unknown: neighbour precision, recall and ARI are null
+  and Oracle refuses the data.
+
+K is ``num_classes`` (an optional scalar) or the largest label + 1 over both
+splits.  Inputs are used as float32 after normalisation by the mean and
+standard deviation of ``x_train`` (per channel for [channels, H, W] inputs,
+one of each otherwise; a standard deviation of 0 counts as 1).
+
+The file is read and checked once per process (the config check reads it,
+the loader takes the cached arrays): every problem is a DataError naming
+data.path, the array, the bad value and the fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import zipfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from fedclust.data.base import FederatedData, PoolDataSet, RawData, check_cluster_kind
+from fedclust.data.registry import register
+from fedclust.errors import ConfigError, DataError
+from fedclust.schema import DataConfig
+
+POOL_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+CLIENT_ARRAYS = ("client_train", "client_test")
+
+
+class Arrays(NamedTuple):
+    """A checked file: the splits (x as stored, y int64), the natural form's client ids and clusters."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    client_train: torch.Tensor | None
+    client_test: torch.Tensor | None
+    cluster: torch.Tensor | None
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    source: str
+
+    @property
+    def natural(self) -> bool:
+        return self.client_train is not None
+
+    @property
+    def num_clients(self) -> int:
+        return int(max(int(self.client_train.max()), int(self.client_test.max()))) + 1 if self.natural else 0
+
+
+def _bad(path: str, what: str, fix: str) -> DataError:
+    return DataError(f"data.path '{path}': {what}; {fix}")
+
+
+def _read(path: str) -> dict:
+    """The file's named arrays as numpy arrays."""
+    if path.endswith(".pt"):
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:   # pickle and zip errors come in many types
+            raise _bad(path, f"cannot read it with torch.load(weights_only=True) ({type(err).__name__}: {err})",
+                       "save a dict of tensors with torch.save({'x_train': ..., ...}, FILE.pt)") from err
+        if not isinstance(obj, dict):
+            raise _bad(path, f"holds a {type(obj).__name__}, not a dict of named tensors",
+                       "save a dict of tensors with torch.save({'x_train': ..., ...}, FILE.pt)")
+        out = {}
+        for k, v in obj.items():
+            if isinstance(v, (int, float)):
+                v = np.asarray(v)
+            elif isinstance(v, torch.Tensor):
+                v = v.detach().cpu().numpy()
+            elif not isinstance(v, np.ndarray):
+                raise _bad(path, f"entry '{k}' is a {type(v).__name__}, not a tensor", "store tensors only")
+            out[str(k)] = v
+        return out
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
+        raise _bad(path, f"cannot read it as .npz ({type(err).__name__}: {err})",
+                   "write it with numpy.savez(FILE.npz, x_train=..., y_train=..., x_test=..., y_test=...) of numeric "
+                   "arrays (no objects or strings)") from err
+
+
+def _numeric(path: str, name: str, a: np.ndarray) -> None:
+    if a.dtype.kind not in "biuf":
+        raise _bad(path, f"array '{name}' has dtype {a.dtype}", "store numbers (integers or floats)")
+
+
+def _ids(path: str, name: str, a: np.ndarray, length: int, of: str) -> torch.Tensor:
+    """A 1-D integer array of ``length`` non-negative values."""
+    if a.dtype.kind not in "iu":
+        raise _bad(path, f"array '{name}' has dtype {a.dtype}, not integers",
+                   f"store {of} as integers (e.g. {name}.astype(numpy.int64))")
+    if a.ndim != 1 or len(a) != length:
+        raise _bad(path, f"array '{name}' has shape {list(a.shape)}", f"it needs one entry per {of}: shape [{length}]")
+    t = torch.from_numpy(a.astype(np.int64))
+    if len(t) and int(t.min()) < 0:
+        i = int(torch.nonzero(t < 0)[0])
+        raise _bad(path, f"array '{name}' holds {int(t[i])} at index {i}", f"{of} must be >= 0")
+    return t
+
+
+def _stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel (dim 1 of [N, ch, H, W]) or overall mean and std of x_train, std 0 -> 1."""
+    x = x.to(torch.float64)
+    dims = [0, 2, 3] if x.ndim == 4 else list(range(x.ndim))
+    mean = x.mean(dim=dims).reshape(-1)
+    std = x.std(dim=dims, unbiased=False).reshape(-1)
+    std = torch.where(std > 0, std, torch.ones_like(std))
+    return tuple(float(v) for v in mean), tuple(float(v) for v in std)
+
+
+def check_arrays(path: str, arrays: dict) -> Arrays:
+    """Every check of the file's arrays (see the module docstring), then the arrays as tensors."""
+    missing = [k for k in POOL_ARRAYS if k not in arrays]
+    if missing:
+        raise _bad(path, f"missing array(s) {', '.join(missing)} (it holds: {', '.join(sorted(arrays)) or 'nothing'})",
+                   "store x_train, y_train, x_test, y_test (and client_train, client_test for clients of your own)")
+    xs, ys = {}, {}
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        _numeric(path, f"x_{split}", x)
+        if x.ndim < 2 or len(x) == 0:
+            raise _bad(path, f"array 'x_{split}' has shape {list(x.shape)}",
+                       "it needs one example per row and at least one row: [N, *input_shape]")
+        if y.dtype.kind not in "iu":
+            raise _bad(path, f"array 'y_{split}' has dtype {y.dtype}, not integers",
+                       f"labels must be integers 0..K-1 (y_{split}.astype(numpy.int64) if they are whole numbers)")
+        if y.ndim != 1 or len(y) != len(x):
+            raise _bad(path, f"array 'y_{split}' has shape {list(y.shape)} but x_{split} has {len(x)} rows",
+                       f"give one label per example: y_{split} of shape [{len(x)}]")
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            bad = np.argwhere(~np.isfinite(x.reshape(len(x), -1)).all(axis=1)).ravel()
+            raise _bad(path, f"array 'x_{split}' holds NaN or inf values in {len(bad)} example(s), the first at "
+                             f"row {int(bad[0])}", "replace or drop them")
+        xs[split], ys[split] = torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(y.astype(np.int64))
+    if xs["train"].shape[1:] != xs["test"].shape[1:]:
+        raise _bad(path, f"x_train's examples have shape {list(xs['train'].shape[1:])} but x_test's "
+                         f"{list(xs['test'].shape[1:])}", "give both splits the same input shape")
+    top = max(int(ys["train"].max()), int(ys["test"].max()))
+    for split in ("train", "test"):
+        y = ys[split]
+        if int(y.min()) < 0:
+            i = int(torch.nonzero(y < 0)[0])
+            raise _bad(path, f"array 'y_{split}' holds label {int(y[i])} at index {i}", "labels must be 0..K-1")
+    if "num_classes" in arrays:
+        k = arrays["num_classes"]
+        if k.ndim != 0 or k.dtype.kind not in "iu" or int(k) < 2:
+            raise _bad(path, f"'num_classes' is {k.tolist()!r}", "give one integer >= 2 (or leave it out: the "
+                       "largest label + 1)")
+        k = int(k)
+        if top >= k:
+            split = "train" if int(ys["train"].max()) >= k else "test"
+            i = int(torch.nonzero(ys[split] >= k)[0])
+            raise _bad(path, f"array 'y_{split}' holds label {int(ys[split][i])} at index {i} but num_classes is {k}",
+                       f"labels must be 0..{k - 1}, or raise num_classes")
+    else:
+        k = top + 1
+        if k < 2:
+            raise _bad(path, "every label is 0", "a classifier needs at least 2 classes")
+    client_train = client_test = cluster = None
+    given = [a for a in CLIENT_ARRAYS if a in arrays]
+    if given and len(given) < 2:
+        other = [a for a in CLIENT_ARRAYS if a not in arrays][0]
+        raise _bad(path, f"it holds '{given[0]}' but not '{other}'", "give both (the client of every training and "
+                   "every test example), or neither (a pool split over clients)")
+    if given:
+        client_train = _ids(path, "client_train", arrays["client_train"], len(ys["train"]), "training example's client")
+        client_test = _ids(path, "client_test", arrays["client_test"], len(ys["test"]), "test example's client")
+        n = max(int(client_train.max()), int(client_test.max())) + 1
+        for name, ids, what in (("client_train", client_train, "training"), ("client_test", client_test, "test")):
+            counts = torch.bincount(ids, minlength=n)
+            if bool((counts == 0).any()):
+                c = int(torch.nonzero(counts == 0)[0])
+                raise _bad(path, f"client {c} has no {what} example in '{name}' (ids run 0..{n - 1})",
+                           "number the clients 0..n-1 with every client holding at least one training and one test "
+                           "example")
+        if "cluster" in arrays:
+            cluster = _ids(path, "cluster", arrays["cluster"], n, "client's cluster")
+    elif "cluster" in arrays:
+        raise _bad(path, "it holds 'cluster' but no 'client_train'/'client_test'",
+                   "a pool's clusters come from data.clusters and data.num_clusters: drop 'cluster', or give the "
+                   "client of every example")
+    mean, std = _stats(xs["train"])
+    return Arrays(xs["train"], ys["train"], xs["test"], ys["test"], client_train, client_test, cluster, k, mean,
+                  std, path)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(path: str, mtime_ns: int, size: int) -> Arrays:
+    return check_arrays(path, _read(path))
+
+
+def read_arrays(cfg: DataConfig) -> Arrays:
+    """The checked arrays of ``data.path``, read once per process (again when the file changes)."""
+    text = str(cfg.path or "")
+    if not text:
+        raise ConfigError("data.path", text, "data.name=npz reads your arrays from a file: set data.path=FILE.npz "
+                          "(or FILE.pt)")
+    if not (text.endswith(".npz") or text.endswith(".pt")):
+        raise ConfigError("data.path", text, "give a .npz file (numpy.savez) or a .pt file (torch.save of a dict)")
+    p = Path(text).expanduser()
+    if not p.is_file():
+        raise ConfigError("data.path", text, f"no such file ({p.resolve()}); give the path of your .npz or .pt file "
+                          "(relative to where you run fedclust, or absolute)")
+    st = p.stat()
+    return _cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@register
+class Npz(PoolDataSet):
+    name = "npz"
+    default_model = "mlp"
+    scale = None        # inputs as stored, normalized by x_train's statistics
+
+    def kind_of(self, cfg: DataConfig) -> str:
+        return "client" if read_arrays(cfg).natural else "pool"
+
+    def raw(self, cfg: DataConfig) -> RawData:
+        a = read_arrays(cfg)
+        return RawData(a.train_x, a.train_y, a.test_x, a.test_y, a.source)
+
+    def input_shape(self, cfg: DataConfig) -> tuple[int, ...]:
+        return tuple(read_arrays(cfg).train_x.shape[1:])
+
+    def num_classes(self, cfg: DataConfig) -> int:
+        return read_arrays(cfg).num_classes
+
+    def normalization(self, cfg: DataConfig):
+        a = read_arrays(cfg)
+        return a.mean, a.std
+
+    def has_true_clusters(self, cfg: DataConfig) -> bool:
+        try:
+            a = read_arrays(cfg)
+        except (ConfigError, DataError):
+            return True          # the data check names the problem
+        return not a.natural or a.cluster is not None
+
+    def check(self, cfg: DataConfig, num_clients: int) -> None:
+        a = read_arrays(cfg)
+        if not a.natural:
+            super().check(cfg, num_clients)
+            return
+        check_cluster_kind(cfg)
+        n = a.num_clients
+        if num_clients != n:
+            raise ConfigError("clients", num_clients, f"{a.source} holds {n} clients (ids 0..{n - 1} in client_train "
+                              f"and client_test): set clients={n}")
+        if a.cluster is not None:
+            k = int(a.cluster.max()) + 1
+            if cfg.num_clusters != k:
+                raise ConfigError("data.num_clusters", cfg.num_clusters,
+                                  f"{a.source}'s 'cluster' array gives clusters 0..{k - 1}: set data.num_clusters={k}")
+
+    def load(self, cfg: DataConfig, num_clients: int, seed: int, ids: torch.Tensor,
+             device: torch.device) -> FederatedData:
+        a = read_arrays(cfg)
+        if not a.natural:
+            return super().load(cfg, num_clients, seed, ids, device)
+        n = a.num_clients
+        row_of = torch.full((n,), -1, dtype=torch.int64)
+        row_of[ids] = torch.arange(len(ids))
+        out, counts = [], []
+        for x, y, owner in ((a.train_x, a.train_y, a.client_train), (a.test_x, a.test_y, a.client_test)):
+            count = torch.bincount(owner, minlength=n)                      # [n] over all clients
+            width = int(count.max())
+            order = torch.argsort(owner, stable=True)                       # the file's order within a client
+            start = count.cumsum(0) - count
+            rank = torch.empty_like(owner)
+            rank[order] = torch.arange(len(owner)) - start[owner[order]]
+            rows = row_of[owner]
+            held = rows >= 0
+            xs = torch.zeros(len(ids), width, *x.shape[1:], dtype=torch.float32)
+            ys = torch.zeros(len(ids), width, dtype=torch.int64)
+            xs[rows[held], rank[held]] = self.normalize(cfg, x[held])
+            ys[rows[held], rank[held]] = y[held]
+            out += [xs.to(device), ys.to(device)]
+            counts.append(None if bool((count == width).all()) else count[ids].to(device))
+        train_x, train_y, test_x, test_y = out
+        return FederatedData(
+            train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
+            clusters=None if a.cluster is None else a.cluster.to(device), client_ids=ids.to(device),
+            input_shape=tuple(a.train_x.shape[1:]), num_classes=a.num_classes, source=a.source,
+            train_counts=counts[0], test_counts=counts[1],
+        )
