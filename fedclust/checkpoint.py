@@ -28,6 +28,7 @@ import yaml
 
 from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
+from fedclust.models import default_arch, file_sha256, model_source
 from fedclust.outputs import RUN_FILES
 from fedclust.schema import CORE_KEYS
 
@@ -150,6 +151,27 @@ def _not_continuable(p: Path, config_dict: dict, sections: tuple[str, ...]) -> s
     return f"a run of another config (differing keys: {', '.join(diff[:8])}) that wrote no checkpoint" if diff else None
 
 
+def input_files(cfg) -> dict:
+    """The files a run reads besides its config, by the key that names them:
+    a user model's source file, a data file; each as {path, sha256}."""
+    spec = default_arch(cfg.data.name) if cfg.model == "auto" else cfg.model
+    files = {"model": model_source(spec), "data.path": str(Path(cfg.data.path).resolve()) if cfg.data.path else None}
+    return {key: {"path": path, "sha256": file_sha256(path)} for key, path in files.items()
+            if path and Path(path).is_file()}
+
+
+def changed_inputs(saved: dict, now: dict) -> str | None:
+    """Why a checkpoint's input files (:func:`input_files` then) do not match
+    today's; None when every file it read is unchanged."""
+    for key, then in saved.items():
+        got = now.get(key)
+        if got is None or got["sha256"] != then["sha256"]:
+            what = "is gone" if got is None else (f"changed (sha256 {then['sha256'][:12]}... -> "
+                                                  f"{got['sha256'][:12]}...)")
+            return f"{key}: the file {then['path']} {what} since the checkpoint was written"
+    return None
+
+
 def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
     """The checkpoint this run resumes from (None: start afresh).
 
@@ -192,7 +214,13 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
                           f"the checkpoint {path} was written with another config; differing keys: {shown}. Only "
                           "run length (rounds) and output keys may change on resume; use the old values, "
                           f"another out=DIR, or {replace}")
-    return None if diff else (path, payload)
+    changed = None if diff else changed_inputs(payload.get("inputs", {}), input_files(cfg))
+    if changed and not cfg.overwrite:
+        key = changed.split(":")[0]
+        raise ConfigError(key, getattr(cfg.data, "path", "") if key == "data.path" else cfg.model,
+                          f"{changed}; resuming would continue the run with another {key.split('.')[0]}. Restore "
+                          f"the file, start in another out=DIR, or {replace}")
+    return None if diff or changed else (path, payload)
 
 
 # ----------------------------------------------------------------------------

@@ -21,7 +21,8 @@ import torch
 from fedclust.algorithms import registry
 from fedclust.data import check_data
 from fedclust.errors import ConfigError
-from fedclust.models import cnn_side, model_spec
+from fedclust.dist import resolve_device
+from fedclust.models import cnn_side, is_user_model, make_net, model_spec
 from fedclust.schema import (SECTIONS, AlgorithmConfig, Config, DataConfig, TrainConfig, WandbConfig,  # noqa: F401
                              dump, parse, parse_override, read_yaml, set_key, to_dict, valid_keys, validate_core)
 
@@ -92,3 +93,5 @@ def validate(cfg: Config) -> None:
     if arch == "cnn" and (len(shape) != 3 or min(cnn_side(s) for s in shape[1:]) < 1):
         raise ConfigError("model", cfg.model, f"the cnn needs image inputs (channels, height, width) of at least "
                           f"18x18, but {cfg.data.name}'s inputs have shape {list(shape)}; use model=mlp")
+    if is_user_model(arch) or cfg.engine == "loop":   # built, checked and its engine chosen before anything starts
+        make_net(arch, shape, model_spec(cfg)[2], cfg.engine, resolve_device(cfg.device), cfg.seed)

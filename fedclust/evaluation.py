@@ -12,6 +12,7 @@ import torch
 from fedclust.data import dataset
 from fedclust.dist import gather_rows
 from fedclust.engine.train import evaluate
+from fedclust.models import model_record
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
 
 METRICS_PER_CLIENT = 6   # accuracy, loss, precision, recall, models received, most received in a round
@@ -103,7 +104,8 @@ def summarize(s, history: list[dict], wall: float) -> dict:
         "data_clusters": cfg.data.clusters if dataset(cfg.data).kind_of(cfg.data) == "pool" else None,
         "data_source": s.data.source,
         "true_clusters": cfg.data.num_clusters if s.data.clusters is not None else None,   # None: not known
-        "model": s.arch,
+        "model": s.spec,
+        **model_record(s.spec, s.layout.numel, s.arch),
         "clients": cfg.clients,
         "rounds": cfg.rounds,
         "stage1_rounds": s.stage1_end,

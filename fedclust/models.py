@@ -20,7 +20,14 @@ functional forward's parameter dict.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib
+import importlib.util
 import math
+import sys
+import zlib
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -28,6 +35,7 @@ import torch.nn.functional as F
 
 from fedclust.data import registry as data_registry
 from fedclust.engine.layout import ParamLayout
+from fedclust.engine.module_net import ModuleNet
 from fedclust.errors import ConfigError
 
 ARCHS = ("logreg", "mlp", "cnn")
@@ -86,10 +94,14 @@ def cnn_side(side: int) -> int:
 
 def build_model(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """The reference module of ``arch`` for inputs of ``input_shape`` (one
-    sample, no batch dimension): (1, 28, 28), (3, 32, 32) or (d,)."""
+    sample, no batch dimension): (1, 28, 28), (3, 32, 32) or (d,).  ``arch`` is
+    a built-in name or a user model ``FILE.py:NAME`` / ``package.module:NAME``
+    (:func:`user_factory`)."""
     input_shape = tuple(int(s) for s in input_shape)
     if num_classes < 2:
         raise ValueError(f"num_classes = {num_classes}: a classifier needs at least 2 classes")
+    if is_user_model(arch):
+        return _build_user(arch, input_shape, num_classes)
     if arch == "logreg":
         return LogReg(math.prod(input_shape), num_classes)
     if arch == "mlp":
@@ -102,7 +114,193 @@ def build_model(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn
                 "use model: mlp for this data set")
         c, h, w = input_shape
         return CNN(c, h, w, num_classes)
-    raise ConfigError("model", arch, f"choose one of {', '.join(ARCHS)} (or 'auto')")
+    raise ConfigError("model", arch, f"choose one of {', '.join(ARCHS)} (or 'auto'), or your own module as "
+                      "FILE.py:NAME or package.module:NAME")
+
+
+# ----------------------------------------------------------------------------
+# Your own model: model=FILE.py:NAME or model=package.module:NAME
+
+def is_user_model(spec: str) -> bool:
+    """Whether ``spec`` names a user's model (``...:NAME``) rather than a built-in."""
+    return ":" in str(spec)
+
+
+@functools.lru_cache(maxsize=16)
+def _import_target(target: str):
+    """The module a spec's part before ':' names: a ``.py`` file (imported
+    once under a name derived from its path) or an importable module."""
+    if target.endswith(".py"):
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError("model", target, "no such file; give model=FILE.py:NAME with FILE.py an existing "
+                              "Python file (a path relative to where you run fedclust, or absolute)")
+        name = f"fedclust_model_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception:
+            del sys.modules[name]
+            raise
+        return module
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        raise ConfigError("model", target, f"cannot import it ({exc}); give model=FILE.py:NAME or "
+                          "model=package.module:NAME with an importable module") from None
+
+
+def user_factory(spec: str):
+    """The callable a user model spec names: ``NAME(input_shape, num_classes)``
+    returns an ``nn.Module`` (a class with that constructor is such a callable)."""
+    target, _, name = str(spec).rpartition(":")
+    if not target or not name.isidentifier():
+        raise ConfigError("model", spec, "write your own model as FILE.py:NAME or package.module:NAME, NAME a "
+                          "callable taking (input_shape, num_classes) and returning a torch.nn.Module")
+    module = _import_target(target)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        raise ConfigError("model", spec, f"{target} has no callable '{name}'"
+                          + (f" (it defines: {', '.join(found)})" if found else ""))
+    return factory
+
+
+def model_source(spec: str) -> str | None:
+    """The file a user model is defined in (None for the built-ins)."""
+    if not is_user_model(spec):
+        return None
+    target = str(spec).rpartition(":")[0]
+    if target.endswith(".py"):
+        return str(Path(target).expanduser().resolve())
+    path = getattr(_import_target(target), "__file__", None)
+    return str(Path(path).resolve()) if path else None
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def model_record(spec: str, params: int, arch=None) -> dict:
+    """What a run records of its model: the parameter count, the engine that
+    trained it, and for a user model its source file and that file's SHA-256
+    (a resume with a changed file is refused)."""
+    source = model_source(spec)
+    engine = getattr(arch, "engine", None) or ("hand-written" if isinstance(arch, str) else None)
+    return {"model_parameters": int(params), "model_engine": engine, "model_source": source,
+            "model_source_sha256": file_sha256(source) if source else None}
+
+
+def _build_user(spec: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    module = user_factory(spec)(tuple(input_shape), int(num_classes))
+    if not isinstance(module, nn.Module):
+        raise ConfigError("model", spec, f"NAME(input_shape, num_classes) must return a torch.nn.Module, got "
+                          f"{type(module).__name__}")
+    return module
+
+
+# Modules whose training the engine cannot reproduce per client: (types, why, what to use instead).
+_REFUSED = (
+    (nn.modules.batchnorm._BatchNorm, "keeps running statistics that every client would have to hold and update "
+     "itself", "nn.GroupNorm(groups, channels) or nn.LayerNorm"),
+    (nn.modules.dropout._DropoutNd, "draws random masks that would not be keyed on (seed, round, client), so "
+     "runs could not be repeated or resumed exactly", "p=0, or leave it out"),
+)
+
+
+def check_module(spec: str, module: nn.Module, input_shape: tuple[int, ...], num_classes: int) -> None:
+    """Refuse, before anything starts, a module the engine would train
+    wrongly: BatchNorm (running statistics), dropout with p > 0, frozen
+    parameters, a forward that changes a buffer, or one that does not map
+    a batch of ``input_shape`` to ``[batch, num_classes]`` logits."""
+    for path, sub in module.named_modules():
+        for types, why, instead in _REFUSED:
+            if isinstance(sub, types) and not (isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p == 0):
+                raise ConfigError("model", spec, f"its module '{path or 'model'}' ({type(sub).__name__}) {why}; "
+                                  f"use {instead}")
+    params = list(module.named_parameters())
+    if not params:
+        raise ConfigError("model", spec, "the module has no parameters to train")
+    frozen = [n for n, p in params if not p.requires_grad]
+    if frozen:
+        raise ConfigError("model", spec, f"parameter '{frozen[0]}' does not require grad: fedclust trains every "
+                          "parameter; register a fixed tensor as a buffer (module.register_buffer) instead")
+    if len({p.dtype for _, p in params}) != 1 or params[0][1].dtype != torch.float32:
+        raise ConfigError("model", spec, "every parameter must be float32 (the engine stacks them in one float32 "
+                          "buffer); leave the module's dtype at its default")
+    before = {n: b.clone() for n, b in module.named_buffers()}
+    x = torch.zeros((2,) + tuple(input_shape))
+    try:
+        out = module(x)
+    except Exception as exc:
+        raise ConfigError("model", spec, f"its forward fails on a batch of inputs of shape (2, "
+                          f"{', '.join(map(str, input_shape))}) ({type(exc).__name__}: {exc}); make the module take "
+                          "the data set's input shape (passed to NAME as input_shape)") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError("model", spec, f"its forward must return logits [batch, {num_classes}] for a batch of "
+                          f"shape (2, {', '.join(map(str, input_shape))}), got {got}")
+    for n, b in module.named_buffers():
+        if not torch.equal(before[n], b):
+            raise ConfigError("model", spec, f"its forward changes buffer '{n}': fedclust gives every client the "
+                              "same buffers and keeps only parameters per client; compute it in forward instead")
+
+
+def auto_engine(module: nn.Module, device: str) -> tuple[str, str]:
+    """(engine, why) for ``engine=auto``: one client after another on a CPU
+    for a module with convolutions (``vmap`` of a convolution measured slower
+    there than the per-client loop: ``fedclust bench --user-models``,
+    docs/algorithms.md "Models"), else batched; :func:`make_net` also takes
+    the loop where ``torch.func.vmap`` cannot batch the module."""
+    convs = [type(m).__name__ for m in module.modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    if convs and device == "cpu":
+        return "loop", (f"it has convolutions ({convs[0]}), which train slower batched than one client after "
+                        "another on a CPU; engine=batched overrides")
+    return "batched", "engine=loop trains one client after another instead"
+
+
+def check_vmap(spec: str, net: ModuleNet, input_shape: tuple[int, ...]) -> str | None:
+    """None when the batched forward of ``net`` works on 2 clients x 2 inputs,
+    else why not (a random operation in forward, an operation vmap lacks)."""
+    params = {n: p.detach().unsqueeze(0).expand(2, *p.shape) for n, p in net.module.named_parameters()}
+    try:
+        net._vmapped(params, torch.zeros((2, 2) + tuple(input_shape)))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
+def make_net(spec: str, input_shape: tuple[int, ...], num_classes: int, engine: str = "auto",
+             device: str = "cpu", seed: int = 0) -> tuple[str | ModuleNet, str]:
+    """What the engine trains for a run's ``model`` and ``engine``: a
+    built-in's name (its hand-written paths) unless ``engine=loop`` is asked
+    for it; a :class:`~fedclust.engine.module_net.ModuleNet` for a user model.
+    Returns it with a one-line account of the choice ("" for a built-in).
+    ``device`` is the resolved one (cpu or cuda)."""
+    if not is_user_model(spec) and engine != "loop":
+        return spec, ""
+    with torch.random.fork_rng(devices=[]):   # buffers made at random are the same on every rank
+        torch.manual_seed(seed)
+        module = build_model(spec, input_shape, num_classes)
+    check_module(spec, module, input_shape, num_classes)
+    asked = engine
+    why = f"as asked (engine={engine})"
+    if engine == "auto":
+        engine, why = auto_engine(module, device)
+    net = ModuleNet(module, engine, name=spec)
+    if net.engine == "batched":
+        failed = check_vmap(spec, net, input_shape)
+        if failed and asked == "batched":
+            raise ConfigError("engine", "batched", f"model {spec} cannot be batched with torch.func.vmap "
+                              f"({failed}); use engine=loop or engine=auto")
+        if failed:
+            net = ModuleNet(module, "loop", name=spec)
+            why = f"torch.func.vmap cannot batch it ({failed})"
+    return net, f"model {spec}: engine={net.engine}, {why}"
 
 
 def default_arch(data_name: str) -> str:

@@ -30,12 +30,13 @@ from fedclust.algorithms.base import Algorithm, Context, RoundResult, RoundView
 from fedclust.data import FederatedData, load_federated
 from fedclust.dist import gather_parts, gather_rows, make_fabric, shard_bounds
 from fedclust.engine.layout import ParamLayout
+from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.pool import pool_losses
 from fedclust.engine.train import TrainSettings, pair_losses, train_round
 from fedclust.errors import CollectiveError, DivergenceError
 from fedclust.evaluation import Traffic, evaluate_round, summarize, summary_text
 from fedclust.figures import write_run_figures
-from fedclust.models import default_arch, initial_weights
+from fedclust.models import default_arch, initial_weights, make_net
 from fedclust.outputs import RunWriter, check_writable, default_out
 from fedclust.progress import make_progress
 from fedclust.schema import Config, to_dict
@@ -72,7 +73,8 @@ class Setup:
     n: int
     client_ids: torch.Tensor     # [C] global ids of this rank's clients
     data: FederatedData
-    arch: str
+    arch: str | ModuleNet        # what the engine trains: a built-in's name or a module's functional forward
+    spec: str                    # the model as the config names it (mlp, FILE.py:NAME, ...)
     layout: ParamLayout
     ctx: Context
     algo: Algorithm
@@ -99,9 +101,12 @@ def setup(cfg: Config, fabric) -> Setup:
     start, stop = shard_bounds(n, world, rank)
     client_ids = torch.arange(start, stop, dtype=torch.int64)
     data = load_federated(cfg.data, n, cfg.seed, client_ids.tolist(), device=device)
-    arch = default_arch(cfg.data.name) if cfg.model == "auto" else cfg.model
-    layout, w0 = initial_weights(arch, data.input_shape, data.num_classes, cfg.seed)
+    spec = default_arch(cfg.data.name) if cfg.model == "auto" else cfg.model
+    layout, w0 = initial_weights(spec, data.input_shape, data.num_classes, cfg.seed)
     w0 = w0.to(device)
+    arch, why = make_net(spec, data.input_shape, data.num_classes, cfg.engine, device.type, cfg.seed)
+    if why and rank == 0:
+        print(f"fedclust: {why}", flush=True)
 
     def pair_loss(models, owner):
         return pair_losses(models, layout, arch, data.train_x, data.train_y, owner)
@@ -115,7 +120,7 @@ def setup(cfg: Config, fabric) -> Setup:
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)
     return Setup(cfg=cfg, fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids,
-                 data=data, arch=arch, layout=layout, ctx=ctx, algo=registry.build(cfg), settings=settings,
+                 data=data, arch=arch, spec=spec, layout=layout, ctx=ctx, algo=registry.build(cfg), settings=settings,
                  stage1_end=min(cfg.stage1_rounds, cfg.rounds))
 
 
@@ -157,7 +162,8 @@ class LoopState:
         counts = _gather(s, self.stage1_counts)
         if s.rank != 0:
             return None
-        return {"config": to_dict(s.cfg), "world_size": s.world, "weights": weights,
+        return {"config": to_dict(s.cfg), "inputs": checkpoint.input_files(s.cfg), "world_size": s.world,
+                "weights": weights,
                 "algorithm": {"clients": rows, "server": _cpu(sd["server"])}, "traffic": traffic,
                 "stage1_counts": counts, "saved": _cpu(self.saved), "history": self.history,
                 "metric_lines": len(self.history), "final_lists": _cpu(self.final_lists),

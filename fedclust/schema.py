@@ -118,6 +118,7 @@ def _default_sections() -> dict:
 
 
 RESUME_MODES = ("auto", "never", "require")
+ENGINES = ("auto", "batched", "loop")
 
 
 @dataclass
@@ -127,8 +128,12 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     participation: float = option(1.0, "share of clients taking part each round (centralized methods), in (0, 1]")
-    model: str = option("auto", "logreg, mlp (784-200-200-10) or cnn (CIFAR-10); auto: logreg for synthetic, cnn "
-                                "for cifar10, mlp otherwise")
+    model: str = option("auto", "logreg, mlp (784-200-200-10), cnn (CIFAR-10), or your own: FILE.py:NAME or "
+                                "package.module:NAME, NAME(input_shape, num_classes) returning an nn.Module; auto: "
+                                "the data set's default")
+    engine: str = option("auto", "how a model trains all clients: batched (torch.func.vmap; the built-ins' "
+                                 "hand-written paths), loop (one client after another), auto (batched, except "
+                                 "convolutions on a CPU or a model vmap cannot batch)")
     clients: int = option(100, "number of clients n, at least 2")
     rounds: int = option(300, "total rounds (stage one + stage two)")
     stage1_rounds: int = option(100, "rounds of stage one, T1 (PANM, PENS: 1 <= T1 <= rounds)")
@@ -483,7 +488,9 @@ def validate_core(cfg: Config) -> None:
                           "update cosine (PANM paper: 0.5)")
     if not 0.0 < cfg.participation <= 1.0:
         raise ConfigError("participation", cfg.participation, "must lie in (0, 1]: the share of clients per round")
-    one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})   # cnn's input size: fedclust.config.validate
+    if ":" not in cfg.model:   # FILE.py:NAME / package.module:NAME are checked by building them (fedclust.config)
+        one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})   # cnn's input size: fedclust.config.validate
+    one_of("engine", cfg.engine, set(ENGINES))
     one_of("device", cfg.device, {"auto", "cpu", "cuda"})
     t = cfg.train
     finite("train.lr", t.lr, "must be a finite number > 0 (the default: 0.08)")

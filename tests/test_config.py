@@ -117,6 +117,7 @@ OUT_OF_RANGE = {
     "algorithm.alpha": ("1.5", []),
     "data.name": ("svhn", []),
     "data.root": ("[a, b]", []),
+    "data.path": ("[a, b]", []),
     "data.clusters": ("shift", []),
     "data.num_clusters": ("3", []),                 # rotation defines 2 or 4 clusters
     "data.train_size": ("0", []),
@@ -141,6 +142,7 @@ OUT_OF_RANGE = {
     "wandb.tags": ("[" + "t" * 65 + "]", []),       # W&B takes tags of 1 to 64 characters
     "participation": ("0", []),
     "model": ("resnet", []),
+    "engine": ("vmap", []),
     "clients": ("1", []),
     "rounds": ("0", []),
     "stage1_rounds": ("-1", []),

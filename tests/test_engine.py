@@ -8,6 +8,7 @@ one ``torch.optim.SGD`` per client), and per-client / per-model loops.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -305,7 +306,18 @@ def test_bench_records_and_table(monkeypatch, capsys):
         assert r["ms_per_round"] > 0 and r["peak_mem_mb"] >= 0 and r["device"].startswith("cpu") and r["note"] == "tiny"
     assert bench.main(["--repeats", "1", "--device", "cpu", "--models", "mlp"]) == 0
     out = capsys.readouterr().out
-    assert "speed-up mlp at 3 clients" in out and "device: cpu" in out
+    assert "speed-up mlp vectorized at 3 clients" in out and "device: cpu" in out
+
+
+def test_bench_times_a_user_model_batched_looped_and_as_the_plain_loop(monkeypatch, capsys):
+    spec = str(Path(__file__).resolve().parent / "plugins" / "user_models.py") + ":tabular"
+    monkeypatch.setattr(bench, "user_plan", lambda specs, quick: [bench.Case(s, 3, p, "tiny") for s in specs
+                                                                   for p in bench.USER_PATHS])
+    assert bench.main(["--repeats", "1", "--device", "cpu", "--models", "", "--user-models", spec]) == 0
+    out = capsys.readouterr().out
+    for path in ("batched", "loop"):
+        assert f"speed-up {spec} {path} at 3 clients" in out and f"(reference / {path})" in out
+    assert out.count(spec) >= 5   # three rows and two speed-ups
 
 
 def test_bench_quick_plan_times_what_it_reports():

@@ -34,7 +34,8 @@ from fedclust import rng
 from fedclust.bench.reference import reference_train_round
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.train import TrainSettings, train_round
-from fedclust.models import build_model
+from fedclust.engine.module_net import ModuleNet
+from fedclust.models import build_model, is_user_model
 
 SHAPES = {"mlp": (1, 28, 28), "cnn": (3, 32, 32)}
 TRAIN_SIZE, EPOCHS, BATCH, LR, CLASSES = 200, 3, 128, 0.08, 10
@@ -44,7 +45,7 @@ TRAIN_SIZE, EPOCHS, BATCH, LR, CLASSES = 200, 3, 128, 0.08, 10
 class Case:
     model: str
     clients: int
-    path: str  # vectorized | reference
+    path: str  # vectorized | reference; a user model: batched | loop | reference
     note: str = ""
 
 
@@ -75,6 +76,17 @@ def plan(quick: bool, device: torch.device) -> list[Case]:
             Case("mlp", 100, "reference", "quick"),
             Case("cnn", 10, "vectorized", few),
             Case("cnn", 10, "reference", few)]
+
+
+USER_PATHS = ("batched", "loop", "reference")
+USER_SHAPE = (1, 28, 28)   # a user model is timed on Fashion-MNIST-shaped inputs
+
+
+def user_plan(specs: list[str], quick: bool) -> list[Case]:
+    """A user model's rows: the batched engine (torch.func.vmap), the
+    engine's per-client loop, and the plain per-client nn.Module + SGD loop."""
+    clients, note = (20, "quick: 20 clients instead of 100 (not extrapolated)") if quick else (100, "")
+    return [Case(spec, clients, p, note) for spec in specs for p in USER_PATHS]
 
 
 def pick_device(name: str) -> torch.device:
@@ -145,7 +157,7 @@ def _sync(device: torch.device) -> None:
 def run_case(case: Case, device: torch.device, repeats: int, compile_: bool, budget_s: float) -> Record:
     """Time one row: warm-up round, then up to ``repeats`` rounds (stopping
     early once ``budget_s`` seconds were spent timing)."""
-    shape = SHAPES[case.model]
+    shape = USER_SHAPE if is_user_model(case.model) else SHAPES[case.model]
     torch.manual_seed(0)
     module = build_model(case.model, shape, CLASSES)
     layout = ParamLayout.from_module(module)
@@ -158,6 +170,7 @@ def run_case(case: Case, device: torch.device, repeats: int, compile_: bool, bud
     orders = rng.batch_orders(0, 1, torch.arange(case.clients), EPOCHS, TRAIN_SIZE).to(device)
     settings = TrainSettings(lr=LR, momentum=0.9, batch_size=BATCH, epochs=EPOCHS, compile=compile_)
     flat = w0.expand(case.clients, -1).clone()
+    net = ModuleNet(module, case.path, name=case.model) if case.path in ("batched", "loop") else None
 
     def one_round() -> float:
         flat.copy_(w0.expand_as(flat))
@@ -165,6 +178,8 @@ def run_case(case: Case, device: torch.device, repeats: int, compile_: bool, bud
         t0 = time.perf_counter()
         if case.path == "vectorized":
             train_round(flat, layout, case.model, x, y, orders, settings)
+        elif case.path in ("batched", "loop"):
+            train_round(flat, layout, net, x, y, orders, settings)
         else:
             reference_train_round(flat, layout, case.model, x, y, orders, settings, shape, CLASSES)
         _sync(device)
@@ -184,19 +199,21 @@ def run_case(case: Case, device: torch.device, repeats: int, compile_: bool, bud
 
 def format_table(records: list[Record]) -> str:
     """Readable table plus the vectorized/reference speed-ups at equal client counts."""
+    width = max([5] + [len(r.model) for r in records])
     lines = [f"fedclust bench: one round = {TRAIN_SIZE} images/client, {EPOCHS} epochs, batch {BATCH}",
              f"device: {records[0].device if records else '?'}",
-             f"{'model':<5} {'path':<10} {'clients':>7} {'ms/round':>11} {'ms/client':>10} {'peak MB':>9} {'n':>2}  note"]
+             f"{'model':<{width}} {'path':<10} {'clients':>7} {'ms/round':>11} {'ms/client':>10} {'peak MB':>9} "
+             f"{'n':>2}  note"]
     for r in records:
-        lines.append(f"{r.model:<5} {r.path:<10} {r.clients:>7} {r.ms_per_round:>11.1f} {r.ms_per_client:>10.2f} "
-                     f"{r.peak_mem_mb:>9.1f} {r.repeats:>2}  {r.note}")
+        lines.append(f"{r.model:<{width}} {r.path:<10} {r.clients:>7} {r.ms_per_round:>11.1f} "
+                     f"{r.ms_per_client:>10.2f} {r.peak_mem_mb:>9.1f} {r.repeats:>2}  {r.note}")
     for r in records:
-        if r.path != "vectorized":
+        if r.path not in ("vectorized", "batched", "loop"):
             continue
         for ref in records:
             if ref.path == "reference" and (ref.model, ref.clients) == (r.model, r.clients):
-                lines.append(f"speed-up {r.model} at {r.clients} clients: {ref.ms_per_round / r.ms_per_round:.2f}x "
-                             "(reference / vectorized)")
+                lines.append(f"speed-up {r.model} {r.path} at {r.clients} clients: "
+                             f"{ref.ms_per_round / r.ms_per_round:.2f}x (reference / {r.path})")
     if records:
         lines.append(f"peak memory: {records[0].mem_method}; n = timed rounds (median shown)")
     return "\n".join(lines)
@@ -214,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true", help="torch.compile the vectorized torch.func step (meant for GPUs; the MLP then "
                         "uses the torch.func path instead of its hand-written backward)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per row at most (median reported)")
-    parser.add_argument("--models", default="mlp,cnn", help="comma-separated subset of mlp,cnn")
+    parser.add_argument("--models", default="mlp,cnn", help="comma-separated subset of mlp,cnn; empty: none")
+    parser.add_argument("--user-models", default="", metavar="SPEC,SPEC",
+                        help="your models (FILE.py:NAME or package.module:NAME, comma-separated) on 28x28x1 inputs: "
+                             "the batched engine, its per-client loop and the plain nn.Module + SGD loop")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats = {args.repeats}: use at least 1")
@@ -225,12 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     device = pick_device(args.device)
     budget_s = 15.0 if args.quick else 60.0
     records = []
-    for case in plan(args.quick, device):
-        if case.model in models:
-            records.append(run_case(case, device, args.repeats, args.compile, budget_s))
-            if not args.json:
-                print(f"  timed {case.model} {case.path} x{case.clients}: {records[-1].ms_per_round:.1f} ms",
-                      flush=True)
+    specs = [m.strip() for m in args.user_models.split(",") if m.strip()]
+    for case in [c for c in plan(args.quick, device) if c.model in models] + user_plan(specs, args.quick):
+        records.append(run_case(case, device, args.repeats, args.compile, budget_s))
+        if not args.json:
+            print(f"  timed {case.model} {case.path} x{case.clients}: {records[-1].ms_per_round:.1f} ms", flush=True)
     if args.json:
         print(json.dumps([asdict(r) for r in records], indent=1))
     else:

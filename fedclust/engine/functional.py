@@ -35,9 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import vmap
 
+from fedclust.engine.module_net import ModuleNet
 from fedclust.errors import ConfigError
 
 Params = dict[str, torch.Tensor]
+Arch = str | ModuleNet   # a built-in model's name (hand-written paths) or any module's functional forward
 
 
 def mlp_forward(p: Params, x: torch.Tensor) -> torch.Tensor:
@@ -142,21 +144,22 @@ _SINGLE = {"logreg": logreg_forward, "mlp": mlp_forward, "cnn": cnn_forward}
 _BATCHED = {"logreg": logreg_forward_batched, "mlp": vmap(mlp_forward), "cnn": cnn_forward_batched}
 
 
-def _check_arch(arch: str) -> None:
-    if arch not in _SINGLE:
-        raise ConfigError("model", arch, f"choose one of {', '.join(_SINGLE)}")
+def _check_arch(arch: Arch) -> None:
+    if isinstance(arch, str) and arch not in _SINGLE:
+        raise ConfigError("model", arch, f"choose one of {', '.join(_SINGLE)}, or FILE.py:NAME for your own module")
 
 
-def forward_fn(arch: str) -> Callable[[Params, torch.Tensor], torch.Tensor]:
-    """Single-client functional forward of ``arch`` (vmappable over clients)."""
+def forward_fn(arch: Arch) -> Callable[[Params, torch.Tensor], torch.Tensor]:
+    """Single-client functional forward of ``arch`` (a built-in name, or a
+    :class:`~fedclust.engine.module_net.ModuleNet`), vmappable over clients."""
     _check_arch(arch)
-    return _SINGLE[arch]
+    return _SINGLE[arch] if isinstance(arch, str) else arch.forward
 
 
-def batched_forward_fn(arch: str) -> Callable[[Params, torch.Tensor], torch.Tensor]:
+def batched_forward_fn(arch: Arch) -> Callable[[Params, torch.Tensor], torch.Tensor]:
     """Forward of C clients at once: ({name: [C, *shape]}, x [C, B, *input]) -> [C, B, K]."""
     _check_arch(arch)
-    return _BATCHED[arch]
+    return _BATCHED[arch] if isinstance(arch, str) else arch.batched_forward
 
 
 def per_client_cross_entropy(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -167,10 +170,12 @@ def per_client_cross_entropy(logits: torch.Tensor, y: torch.Tensor, reduction: s
     return per_sample.mean(1) if reduction == "mean" else per_sample.sum(1)
 
 
-def activation_bytes(arch: str, input_shape: tuple[int, ...], element_size: int = 4) -> int:
+def activation_bytes(arch: Arch, input_shape: tuple[int, ...], element_size: int = 4) -> int:
     """Rough bytes of activations one training sample keeps alive in a
     forward-backward pass (used only to size chunks)."""
     _check_arch(arch)
+    if not isinstance(arch, str):
+        return arch.activation_bytes(tuple(input_shape), element_size)
     if arch == "logreg":
         floats = math.prod(input_shape) + 3 * 10
     elif arch == "mlp":

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fedclust.engine.functional import Arch
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.train import memory_budget, pair_losses
 
@@ -82,7 +83,7 @@ def mlp_pool_losses(models: torch.Tensor, layout: ParamLayout, x: torch.Tensor, 
     return out
 
 
-def pool_losses(models: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+def pool_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                 peers: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
     """``[C, m]``: mean cross-entropy of ``models[peers[c, s]]`` ([M, P]) on
     client c's whole training set ``x[c]`` [N, ...], ``y[c]`` [N]."""

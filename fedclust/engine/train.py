@@ -31,11 +31,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch.func import grad
 
-from fedclust.engine.functional import (DENSE_LAYERS, activation_bytes, batched_forward_fn,
+from fedclust.engine.functional import (DENSE_LAYERS, Arch, activation_bytes, batched_forward_fn,
                                         dense_momentum_grads_, per_client_cross_entropy)
 from fedclust.engine.layout import ParamLayout
+from fedclust.engine.module_net import ModuleNet
 
 # Clients trained at once on a CPU (`fedclust bench`, 2 cores): small chunks
 # keep each step's tensors cache-sized and below glibc's mmap threshold
@@ -83,18 +85,18 @@ def memory_budget(device: torch.device) -> int:
     return CPU_EVAL_BYTES
 
 
-def train_chunk_size(arch: str, layout: ParamLayout, x: torch.Tensor, batch: int) -> int:
-    """Clients trained at once: :data:`CPU_CLIENT_CHUNK` on a CPU; on a GPU as
-    many as fit :func:`memory_budget` (activations of a batch plus weights,
-    gradients and momentum)."""
-    if x.device.type != "cuda":
+def train_chunk_size(arch: Arch, layout: ParamLayout, x: torch.Tensor, batch: int) -> int:
+    """Clients trained at once: a built-in's :data:`CPU_CLIENT_CHUNK` on a
+    CPU; else as many as fit :func:`memory_budget` (activations of a batch
+    plus weights, gradients and momentum)."""
+    if x.device.type != "cuda" and isinstance(arch, str):
         return CPU_CLIENT_CHUNK[arch]
     per_client = batch * activation_bytes(arch, tuple(x.shape[2:]), x.element_size()) \
         + 3 * layout.numel * x.element_size()
     return max(1, memory_budget(x.device) // per_client)
 
 
-def eval_chunk_sizes(arch: str, x: torch.Tensor, rows: int, samples: int) -> tuple[int, int]:
+def eval_chunk_sizes(arch: Arch, x: torch.Tensor, rows: int, samples: int) -> tuple[int, int]:
     """(rows, samples) per forward pass so that its activations fit :func:`memory_budget`."""
     per_sample = max(1, activation_bytes(arch, tuple(x.shape[2:]), x.element_size()))
     budget = memory_budget(x.device)
@@ -117,7 +119,7 @@ def _check_data(flat: torch.Tensor, layout: ParamLayout, x: torch.Tensor, y: tor
                          "dtype and device; move the data with .to(flat)")
 
 
-def _make_grad_fn(arch: str):
+def _make_grad_fn(arch: Arch):
     """(params {name: [C, *shape]}, x [C, B, ...], y [C, B]) -> (grads, losses [C])."""
     forward = batched_forward_fn(arch)
 
@@ -131,7 +133,7 @@ def _make_grad_fn(arch: str):
 _GRAD_FNS: dict[tuple[str, bool], object] = {}
 
 
-def _grad_fn(arch: str, compiled: bool = False):
+def _grad_fn(arch: Arch, compiled: bool = False):
     """The cached gradient step of ``arch``, optionally ``torch.compile``d."""
     key = (arch, compiled)
     if key not in _GRAD_FNS:
@@ -156,17 +158,18 @@ def sgd_momentum_(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: l
     return grads
 
 
-def _batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size: int):
+def _batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size: int,
+             rows: torch.Tensor | None = None):
     """The round's batches (x [C, b, ...], y [C, b]): consecutive slices of
     each epoch's per-client order (docs/algorithms.md), gathered for all clients at once."""
-    rows = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+    rows = (torch.arange(x.shape[0], device=x.device) if rows is None else rows).unsqueeze(1)
     for epoch in range(orders.shape[0]):
         for start in range(0, x.shape[1], batch_size):
             idx = orders[epoch, :, start:start + batch_size]
             yield x[rows, idx], y[rows, idx]
 
 
-def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                       orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
                       mu: float) -> torch.Tensor:
     """Local training of all rows of ``flat`` with ``torch.func.grad``; returns mean losses [C]."""
@@ -209,10 +212,45 @@ def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[st
     return loss_sum / steps
 
 
-def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x: torch.Tensor, y: torch.Tensor,
+                      orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
+                      mu: float) -> torch.Tensor:
+    """Local training of the rows of ``flat`` one client after another (the
+    ``loop`` engine): the module holds client c's row, autograd gives the
+    batch gradient, and the same SGD step as the batched paths updates it;
+    returns mean losses [C]."""
+    module = net.module_on(flat.device)
+    params = list(module.parameters())
+    losses = torch.empty(flat.shape[0], dtype=flat.dtype, device=flat.device)
+    rows = torch.arange(x.shape[0], device=x.device)
+    for c in range(flat.shape[0]):
+        with torch.no_grad():
+            for p, v in zip(params, layout.views(flat[c]).values()):
+                p.copy_(v)
+        centre = list(layout.views(anchor[c]).values()) if anchor is not None else None
+        bufs, total, steps = None, torch.zeros((), dtype=flat.dtype, device=flat.device), 0
+        for xb, yb in _batches(x[c:c + 1], y[c:c + 1], orders[:, c:c + 1], settings.batch_size, rows[:1]):
+            loss = F.cross_entropy(module(xb[0]), yb[0])
+            grads = list(torch.autograd.grad(loss, params))
+            with torch.no_grad():
+                if centre is not None:   # proximal term: g += mu * (w - anchor)
+                    torch._foreach_add_(grads, params, alpha=mu)
+                    torch._foreach_add_(grads, centre, alpha=-mu)
+                bufs = sgd_momentum_(params, grads, bufs, settings.lr, settings.momentum)
+            total += loss.detach()
+            steps += 1
+        losses[c] = total / steps
+        with torch.no_grad():
+            flat[c] = torch.cat([p.reshape(-1) for p in params])
+    return losses
+
+
+def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                  orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
                  mu: float) -> torch.Tensor:
-    if arch in DENSE_LAYERS and settings.backprop == "auto" and not settings.compile:
+    if isinstance(arch, ModuleNet) and arch.engine == "loop":
+        return _train_chunk_loop(flat, layout, arch, x, y, orders, settings, anchor, mu)
+    if isinstance(arch, str) and arch in DENSE_LAYERS and settings.backprop == "auto" and not settings.compile:
         return _train_chunk_dense(flat, layout, DENSE_LAYERS[arch], x, y, orders, settings, anchor, mu)
     return _train_chunk_func(flat, layout, arch, x, y, orders, settings, anchor, mu)
 
@@ -237,7 +275,7 @@ def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> 
     return anchor.expand_as(flat)
 
 
-def train_round(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                 orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None = None,
                 mu: float = 0.0) -> torch.Tensor:
     """One round of local SGD for every client (docs/algorithms.md), in place on ``flat`` [C, P].
@@ -270,7 +308,7 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Ten
 
 
 @torch.no_grad()
-def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed correct predictions and summed cross-entropy of models[m] on
     x[m] [M, N, ...], y[m]; samples in chunks of ``chunk``."""
@@ -286,7 +324,7 @@ def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Te
     return correct, loss
 
 
-def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
              chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Accuracy in [0, 1] and mean cross-entropy [C] of model c on its own
     x[c] [N, ...], y[c] (docs/algorithms.md), all clients at once; ``chunk`` samples
@@ -306,7 +344,7 @@ def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor
     return acc, loss
 
 
-def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: str, x: torch.Tensor, y: torch.Tensor,
+def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                 owner: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of models[m] [M, P] on the whole training set of
     client owner[m] (x [C, N, ...], y [C, N]) -> [M] (docs/algorithms.md loss similarity)."""
