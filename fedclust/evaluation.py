@@ -44,7 +44,7 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
     (``[n, n]`` bool, None for methods without lists), from one gather of
     every rank's numbers."""
     cfg, ctx, result, t = s.cfg, s.ctx, outcome.result, state.round
-    acc, loss = evaluate(state.flat, s.layout, s.arch, s.data.test_x, s.data.test_y)
+    acc, loss = evaluate(state.flat, s.layout, s.arch, s.data.test_x, s.data.test_y, counts=s.data.test_counts)
     C = len(ctx.client_ids)
     lists = result.lists if result.lists is not None else torch.zeros(C, s.n, dtype=torch.bool,
                                                                         device=state.flat.device)

@@ -258,11 +258,12 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg, records: list[dic
     if not npz.exists():
         return written
     arrays = np.load(npz)
-    clusters = arrays["clusters"]
+    known = "clusters" in arrays   # absent: the data gives no true clusters
+    clusters = arrays["clusters"] if known else np.zeros(cfg.clients, dtype=np.int64)   # one colour in the graph
     if "stage1_counts" in arrays and arrays["stage1_counts"].any():
         heatmap(arrays["stage1_counts"], fig_dir / "heatmap_stage1.png", f"{name}: aggregations in stage one")
         written.append("heatmap_stage1.png")
-    if "similarity_client0" in arrays and np.isfinite(arrays["similarity_client0"]).any():
+    if known and "similarity_client0" in arrays and np.isfinite(arrays["similarity_client0"]).any():
         similarity_histogram(arrays["similarity_client0"], clusters, 0, fig_dir / "similarity_hist.png",
                              f"{name}: client 0's similarities after stage one")
         written.append("similarity_hist.png")

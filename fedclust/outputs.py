@@ -28,7 +28,8 @@ def default_out(cfg, env=os.environ) -> str:
     if env.get("WANDB_SWEEP_ID") and env.get("WANDB_RUN_ID"):
         return f"runs/sweeps/{env['WANDB_SWEEP_ID']}/{env['WANDB_RUN_ID']}"
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"runs/{cfg.algorithm.name}-{cfg.data.name}-s{cfg.seed}-{stamp}"
+    data = cfg.data.name.replace(":", "-")   # torchvision:KMNIST -> torchvision-KMNIST, a portable folder name
+    return f"runs/{cfg.algorithm.name}-{data}-s{cfg.seed}-{stamp}"
 
 
 def check_writable(path: str) -> None:

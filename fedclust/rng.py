@@ -84,14 +84,23 @@ def permutations(seed: int, round_: int, stream: str, clients: torch.Tensor, n: 
     return torch.argsort(client_keys(seed, round_, stream, clients, n), dim=1, stable=True)
 
 
-def batch_orders(seed: int, round_: int, clients: torch.Tensor, epochs: int, n: int) -> torch.Tensor:
+def batch_orders(seed: int, round_: int, clients: torch.Tensor, epochs: int, n: int,
+                 counts: torch.Tensor | None = None) -> torch.Tensor:
     """[epochs, len(clients), n] sample orders for local training: epoch e of
-    round r for client c is a permutation keyed on (seed, r, c, e)."""
+    round r for client c is a permutation keyed on (seed, r, c, e).  With
+    ``counts`` ([len(clients)] examples each client really holds, the rest of
+    its n positions padding), client c's first counts[c] entries are a
+    permutation of its own examples and its padding follows in place order."""
     clients = torch.as_tensor(clients, dtype=torch.int64)
+    pad = None
+    if counts is not None:
+        pad = torch.arange(n, device=clients.device)[None, :] >= counts.to(clients.device)[:, None]
     out = []
     for e in range(epochs):  # epochs, not clients: a handful of vectorized draws
         idx = torch.arange(n, dtype=torch.int64, device=clients.device) + e * n
         keys = uniform(seed, round_, "batch", clients[:, None], idx[None, :])
+        if pad is not None:
+            keys = keys.masked_fill(pad, 2.0)   # after every key in [0, 1)
         out.append(torch.argsort(keys, dim=1, stable=True))
     return torch.stack(out)
 

@@ -109,12 +109,13 @@ def setup(cfg: Config, fabric) -> Setup:
         print(f"fedclust: {why}", flush=True)
 
     def pair_loss(models, owner):
-        return pair_losses(models, layout, arch, data.train_x, data.train_y, owner)
+        return pair_losses(models, layout, arch, data.train_x, data.train_y, owner, counts=data.train_counts)
 
     def pool_loss(models, peers):
-        return pool_losses(models, layout, arch, data.train_x, data.train_y, peers)
+        return pool_losses(models, layout, arch, data.train_x, data.train_y, peers, counts=data.train_counts)
 
-    ctx = Context(n=n, client_ids=client_ids.to(device), clusters=data.clusters.to(device), seed=cfg.seed,
+    clusters = None if data.clusters is None else data.clusters.to(device)   # None: the data gives no truth
+    ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0, device=device, pair_loss=pair_loss,
                   pool_loss=pool_loss)
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
@@ -148,7 +149,7 @@ class LoopState:
         C = len(s.client_ids)
         return cls(round=0, flat=s.ctx.w0.expand(C, -1).clone(), algo_state=s.algo.init(s.ctx),
                    traffic=Traffic(C, s.device), stage1_counts=torch.zeros(C, s.n, dtype=torch.int32, device=s.device),
-                   saved={"clusters": s.data.clusters.cpu().numpy()})
+                   saved={} if s.data.clusters is None else {"clusters": s.data.clusters.cpu().numpy()})
 
     def state_dict(self, s: Setup) -> dict | None:
         """Everything a resume needs, rows in global client order (gathered on
@@ -251,9 +252,11 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     algo_state, plan = algo.plan(state.algo_state, ctx, t, state.flat)
     flat = state.flat if plan.start is state.flat else plan.start.contiguous().clone()  # trained in place
     before = flat.clone() if algo.gathers_before else None
-    orders = rng.batch_orders(cfg.seed, t, s.client_ids, cfg.train.local_epochs, s.data.train_x.shape[1]).to(s.device)
+    counts = s.data.train_counts   # None: every client holds the full width
+    orders = rng.batch_orders(cfg.seed, t, s.client_ids, cfg.train.local_epochs, s.data.train_x.shape[1],
+                              counts).to(s.device)
     train_loss = train_round(flat, s.layout, s.arch, s.data.train_x, s.data.train_y, orders, settings,
-                             anchor=plan.anchor, mu=plan.mu)
+                             anchor=plan.anchor, mu=plan.mu, counts=counts)
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
     parts = [flat, train_loss[:, None].to(flat.dtype), flags] + ([before] if algo.gathers_before else [])
@@ -425,8 +428,10 @@ def data_source(cfg: Config, data: FederatedData) -> str:
     """Where the run's data came from, saying when it was not ``data.root``."""
     if data.source is None:
         return f"{cfg.data.name}, generated"
-    root = Path(cfg.data.root).expanduser().resolve()
     source = Path(data.source)
+    if source.is_file():   # a data file (data.path), not a folder under data.root
+        return f"{cfg.data.name} from {source}"
+    root = Path(cfg.data.root).expanduser().resolve()
     if source == root or root in source.parents:
         return f"{cfg.data.name} from {source}"
     why = "does not exist" if not root.exists() else f"holds no {cfg.data.name} files"

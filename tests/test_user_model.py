@@ -142,3 +142,69 @@ def test_the_run_records_the_model_source_its_hash_and_size():
     assert rec == {"model_parameters": 1234, "model_engine": "batched", "model_source": str(MODELS),
                    "model_source_sha256": hashlib.sha256(MODELS.read_bytes()).hexdigest()}
     assert model_record("mlp", 10, "mlp")["model_source"] is None
+
+
+# ---------------------------------------------------------------- clients of unequal sizes
+
+def plain_unequal(spec, flat, x, y, orders, counts, lr, momentum, batch):
+    """Each client alone on its own counts[c] examples: its epoch is the first
+    counts[c] entries of its order, cut into batches."""
+    layout = ParamLayout.from_module(build_model(spec, SHAPE, CLASSES))
+    out = flat.clone()
+    for c in range(flat.shape[0]):
+        model = build_model(spec, SHAPE, CLASSES)
+        layout.load_into(model, flat[c])
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+        m = int(counts[c])
+        for e in range(orders.shape[0]):
+            order = orders[e, c, :m]
+            assert sorted(order.tolist()) == list(range(m))          # its own examples, each once
+            for s in range(0, m, batch):
+                idx = order[s:s + batch]
+                loss = F.cross_entropy(model(x[c, idx]), y[c, idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        out[c] = layout.flatten(model)
+    return out
+
+
+@pytest.mark.parametrize("arch", ["mlp", DENSE, CONV, "loop"])
+def test_clients_of_unequal_sizes_train_and_evaluate_as_each_alone_on_its_own_examples(arch):
+    spec = {"mlp": "mlp", "loop": DENSE}.get(arch, arch)
+    layout, flat, x, y, _ = _setup(spec, clients=4, n=13)
+    counts = torch.tensor([13, 4, 9, 1])
+    x[1, 4:] = 1e6      # padding must never be read
+    orders = rng.batch_orders(0, 1, torch.arange(4), 2, 13, counts)
+    want = plain_unequal(spec, flat, x, y, orders, counts, lr=0.05, momentum=0.9, batch=5)
+    if spec == "mlp":
+        net = "mlp"
+    else:
+        net = ModuleNet(build_model(spec, SHAPE, CLASSES), "loop" if arch in ("loop", CONV) else "batched")
+    got = flat.clone()
+    train_round(got, layout, net, x, y, orders, TrainSettings(lr=0.05, momentum=0.9, batch_size=5, epochs=2),
+                counts=counts)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    acc, loss = evaluate(got, layout, net, x, y, counts=counts)
+    model = build_model(spec, SHAPE, CLASSES)
+    for c in range(4):
+        layout.load_into(model, got[c])
+        with torch.no_grad():
+            logits = model(x[c, :counts[c]])
+        assert acc[c].item() == pytest.approx((logits.argmax(1) == y[c, :counts[c]]).float().mean().item())
+        assert loss[c].item() == pytest.approx(F.cross_entropy(logits, y[c, :counts[c]]).item(), rel=1e-5)
+    peers = torch.tensor([[1], [2], [3], [0]])
+    pl = pool_losses(got, layout, net, x, y, peers, counts=counts)
+    for c in range(4):
+        layout.load_into(model, got[peers[c, 0]])
+        with torch.no_grad():
+            want_l = F.cross_entropy(model(x[c, :counts[c]]), y[c, :counts[c]])
+        assert pl[c, 0].item() == pytest.approx(want_l.item(), rel=1e-5)
+
+
+def test_batch_orders_list_each_clients_own_examples_first_and_equal_counts_change_nothing():
+    counts = torch.tensor([5, 2, 5])
+    o = rng.batch_orders(7, 3, torch.tensor([0, 1, 2]), 2, 5, counts)
+    assert sorted(o[0, 1, :2].tolist()) == [0, 1] and o[0, 1, 2:].tolist() == [2, 3, 4]
+    assert torch.equal(rng.batch_orders(7, 3, torch.tensor([0, 2]), 2, 5, torch.tensor([5, 5])),
+                       rng.batch_orders(7, 3, torch.tensor([0, 2]), 2, 5))

@@ -84,16 +84,17 @@ def mlp_pool_losses(models: torch.Tensor, layout: ParamLayout, x: torch.Tensor, 
 
 
 def pool_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
-                peers: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+                peers: torch.Tensor, chunk: int | None = None, counts: torch.Tensor | None = None) -> torch.Tensor:
     """``[C, m]``: mean cross-entropy of ``models[peers[c, s]]`` ([M, P]) on
-    client c's whole training set ``x[c]`` [N, ...], ``y[c]`` [N]."""
+    client c's whole training set ``x[c]`` [N, ...], ``y[c]`` [N] (its first
+    counts[c] samples when ``counts`` is given: the pairwise path)."""
     _check(models, layout, x, y, peers)
     peers = peers.to(device=models.device, dtype=torch.long)
     y = y.to(x.device)
     C, m = peers.shape
     if C == 0 or m == 0:
         return torch.empty(C, m, dtype=models.dtype, device=models.device)
-    if arch == "mlp":
+    if arch == "mlp" and counts is None:
         return mlp_pool_losses(models, layout, x, y, peers, chunk)
     owner = torch.arange(C, device=models.device).repeat_interleave(m)
-    return pair_losses(models[peers.reshape(-1)], layout, arch, x, y, owner).view(C, m)
+    return pair_losses(models[peers.reshape(-1)], layout, arch, x, y, owner, counts).view(C, m)

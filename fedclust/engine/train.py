@@ -119,25 +119,34 @@ def _check_data(flat: torch.Tensor, layout: ParamLayout, x: torch.Tensor, y: tor
                          "dtype and device; move the data with .to(flat)")
 
 
-def _make_grad_fn(arch: Arch):
-    """(params {name: [C, *shape]}, x [C, B, ...], y [C, B]) -> (grads, losses [C])."""
+def _make_grad_fn(arch: Arch, weighted: bool = False):
+    """(params {name: [C, *shape]}, x [C, B, ...], y [C, B]) -> (grads, losses [C]);
+    ``weighted``: a fourth argument w [C, B] weights each sample's
+    cross-entropy (a client's loss is ``sum_i w_i ce_i``)."""
     forward = batched_forward_fn(arch)
 
     def total_loss(params, xb, yb):
         losses = per_client_cross_entropy(forward(params, xb), yb)
         return losses.sum(), losses.detach()
 
-    return grad(total_loss, has_aux=True)
+    def total_weighted_loss(params, xb, yb, w):
+        logits = forward(params, xb)
+        c, b, k = logits.shape
+        ce = F.cross_entropy(logits.reshape(c * b, k), yb.reshape(c * b), reduction="none").view(c, b)
+        losses = (ce * w).sum(1)
+        return losses.sum(), losses.detach()
+
+    return grad(total_weighted_loss if weighted else total_loss, has_aux=True)
 
 
-_GRAD_FNS: dict[tuple[str, bool], object] = {}
+_GRAD_FNS: dict[tuple, object] = {}
 
 
-def _grad_fn(arch: Arch, compiled: bool = False):
+def _grad_fn(arch: Arch, compiled: bool = False, weighted: bool = False):
     """The cached gradient step of ``arch``, optionally ``torch.compile``d."""
-    key = (arch, compiled)
+    key = (arch, compiled, weighted)
     if key not in _GRAD_FNS:
-        fn = _make_grad_fn(arch)
+        fn = _make_grad_fn(arch, weighted)
         _GRAD_FNS[key] = torch.compile(fn, dynamic=False) if compiled else fn
     return _GRAD_FNS[key]
 
@@ -164,9 +173,61 @@ def _batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size:
     each epoch's per-client order (docs/algorithms.md), gathered for all clients at once."""
     rows = (torch.arange(x.shape[0], device=x.device) if rows is None else rows).unsqueeze(1)
     for epoch in range(orders.shape[0]):
-        for start in range(0, x.shape[1], batch_size):
+        for start in range(0, orders.shape[2], batch_size):
             idx = orders[epoch, :, start:start + batch_size]
             yield x[rows, idx], y[rows, idx]
+
+
+def _masked_batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size: int, counts: torch.Tensor):
+    """:func:`_batches` for clients holding ``counts[c]`` real examples of the
+    N positions: also each sample's weight w [C, b] (1 / the client's real
+    batch size on its real samples, 0 on padding) and which clients have a
+    batch at this step, active [C]."""
+    counts = counts.to(x.device)
+    for (xb, yb), start in zip(_batches(x, y, orders, batch_size), _starts(orders.shape[0], x.shape[1], batch_size)):
+        pos = torch.arange(start, start + yb.shape[1], device=x.device)
+        valid = pos[None, :] < counts[:, None]
+        size = valid.sum(1)
+        yield xb, yb, valid.to(x.dtype) / size.clamp_min(1)[:, None].to(x.dtype), size > 0
+
+
+def _starts(epochs: int, n: int, batch_size: int):
+    for _ in range(epochs):
+        yield from range(0, n, batch_size)
+
+
+def _train_chunk_masked(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
+                        orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None, mu: float,
+                        counts: torch.Tensor) -> torch.Tensor:
+    """:func:`_train_chunk_func` for clients of unequal sizes: all clients
+    step together; a client without a batch at a step (its epoch has fewer
+    batches) does not step: its weights and momentum stay as they are, as
+    they would in its own per-client loop.  Returns mean losses [C] over
+    each client's own steps."""
+    grad_fn = _grad_fn(arch, settings.compile, weighted=True)
+    params = layout.views(flat)
+    param_list = list(params.values())
+    anchors = list(layout.views(anchor).values()) if anchor is not None else None
+    bufs = None
+    loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
+    steps = torch.zeros_like(loss_sum)
+    for xb, yb, w, active in _masked_batches(x, y, orders, settings.batch_size, counts):
+        grads, losses = grad_fn(params, xb, yb, w)
+        grads = [grads[name] for name in layout.names]
+        if anchors is not None:  # proximal term: g += mu * (w - anchor)
+            torch._foreach_add_(grads, param_list, alpha=mu)
+            torch._foreach_add_(grads, anchors, alpha=-mu)
+        on = [active.view((-1,) + (1,) * (g.dim() - 1)) for g in grads]
+        if bufs is None:
+            bufs = grads                    # every client has a batch at its round's first step
+        else:
+            bufs = [torch.where(a, settings.momentum * b + g, b) for a, b, g in zip(on, bufs, grads)]
+        with torch.no_grad():
+            for p, a, b in zip(param_list, on, bufs):
+                p.sub_(torch.where(a, b, torch.zeros_like(b)), alpha=settings.lr)
+        loss_sum += losses * active
+        steps += active
+    return loss_sum / steps.clamp_min(1)
 
 
 def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
@@ -214,7 +275,7 @@ def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[st
 
 def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x: torch.Tensor, y: torch.Tensor,
                       orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
-                      mu: float) -> torch.Tensor:
+                      mu: float, counts: torch.Tensor | None = None) -> torch.Tensor:
     """Local training of the rows of ``flat`` one client after another (the
     ``loop`` engine): the module holds client c's row, autograd gives the
     batch gradient, and the same SGD step as the batched paths updates it;
@@ -229,7 +290,8 @@ def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x
                 p.copy_(v)
         centre = list(layout.views(anchor[c]).values()) if anchor is not None else None
         bufs, total, steps = None, torch.zeros((), dtype=flat.dtype, device=flat.device), 0
-        for xb, yb in _batches(x[c:c + 1], y[c:c + 1], orders[:, c:c + 1], settings.batch_size, rows[:1]):
+        m = int(counts[c]) if counts is not None else x.shape[1]   # the client's own examples come first
+        for xb, yb in _batches(x[c:c + 1], y[c:c + 1], orders[:, c:c + 1, :m], settings.batch_size, rows[:1]):
             loss = F.cross_entropy(module(xb[0]), yb[0])
             grads = list(torch.autograd.grad(loss, params))
             with torch.no_grad():
@@ -247,9 +309,11 @@ def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x
 
 def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                  orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
-                 mu: float) -> torch.Tensor:
+                 mu: float, counts: torch.Tensor | None = None) -> torch.Tensor:
     if isinstance(arch, ModuleNet) and arch.engine == "loop":
-        return _train_chunk_loop(flat, layout, arch, x, y, orders, settings, anchor, mu)
+        return _train_chunk_loop(flat, layout, arch, x, y, orders, settings, anchor, mu, counts)
+    if counts is not None:   # unequal clients: torch.func with per-sample weights and per-client steps
+        return _train_chunk_masked(flat, layout, arch, x, y, orders, settings, anchor, mu, counts)
     if isinstance(arch, str) and arch in DENSE_LAYERS and settings.backprop == "auto" and not settings.compile:
         return _train_chunk_dense(flat, layout, DENSE_LAYERS[arch], x, y, orders, settings, anchor, mu)
     return _train_chunk_func(flat, layout, arch, x, y, orders, settings, anchor, mu)
@@ -277,7 +341,7 @@ def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> 
 
 def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                 orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None = None,
-                mu: float = 0.0) -> torch.Tensor:
+                mu: float = 0.0, counts: torch.Tensor | None = None) -> torch.Tensor:
     """One round of local SGD for every client (docs/algorithms.md), in place on ``flat`` [C, P].
 
     x [C, N, *input], y [C, N]; orders [epochs, C, N]: client c's sample order
@@ -287,8 +351,14 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
     ``anchor`` ([P] or [C, P]) is given (FedProx, FPFC: the gradient gains
     ``mu (w - anchor)``).  Momentum starts at zero.  Returns each client's
     mean batch cross-entropy over the round [C] (without the proximal term).
+    ``counts`` [C]: client c holds only its first counts[c] of the N
+    positions (the rest padding; orders from ``batch_orders(..., counts)``
+    list its own examples first): its epoch is ceil(counts[c] / batch_size)
+    batches of its own examples, and it does not step while others still
+    have batches (see :func:`_train_chunk_masked`).
     """
     _check_data(flat, layout, x, y)
+    counts = _check_counts(counts, c=y.shape[0], n=y.shape[1], device=x.device)
     c, n = y.shape
     if orders.dim() != 3 or orders.shape[1:] != (c, n):
         raise ValueError(f"orders must be [epochs, C={c}, N={n}], got shape {tuple(orders.shape)}; "
@@ -303,15 +373,27 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
     for c0 in range(0, c, client_chunk):  # chunks of clients, each trained at once
         c1 = min(c, c0 + client_chunk)
         losses[c0:c1] = _train_chunk(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], orders[:, c0:c1], settings,
-                                     None if anchor is None else anchor[c0:c1], float(mu))
+                                     None if anchor is None else anchor[c0:c1], float(mu),
+                                     None if counts is None else counts[c0:c1])
     return losses
+
+
+def _check_counts(counts: torch.Tensor | None, c: int, n: int, device) -> torch.Tensor | None:
+    """``counts`` as [C] int64 on ``device``, each in [1, N]; None stays None."""
+    if counts is None:
+        return None
+    counts = torch.as_tensor(counts).to(device=device, dtype=torch.int64)
+    if counts.shape != (c,) or (c and (int(counts.min()) < 1 or int(counts.max()) > n)):
+        raise ValueError(f"counts must be [C={c}] numbers of examples in [1, N={n}], got {counts.tolist()[:10]}")
+    return counts
 
 
 @torch.no_grad()
 def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
-               chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+               chunk: int, counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed correct predictions and summed cross-entropy of models[m] on
-    x[m] [M, N, ...], y[m]; samples in chunks of ``chunk``."""
+    x[m] [M, N, ...], y[m] (only its first counts[m] samples when given);
+    samples in chunks of ``chunk``."""
     forward = batched_forward_fn(arch)
     params = layout.views(models)
     correct = torch.zeros(models.shape[0], dtype=models.dtype, device=models.device)
@@ -319,18 +401,27 @@ def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.T
     for s0 in range(0, x.shape[1], chunk):
         logits = forward(params, x[:, s0:s0 + chunk])
         yb = y[:, s0:s0 + chunk]
-        correct += (logits.argmax(-1) == yb).sum(1).to(correct.dtype)
-        loss += per_client_cross_entropy(logits, yb, reduction="sum")
+        if counts is None:
+            correct += (logits.argmax(-1) == yb).sum(1).to(correct.dtype)
+            loss += per_client_cross_entropy(logits, yb, reduction="sum")
+            continue
+        m, b, k = logits.shape
+        real = torch.arange(s0, s0 + b, device=yb.device)[None, :] < counts[:, None]
+        correct += ((logits.argmax(-1) == yb) & real).sum(1).to(correct.dtype)
+        ce = F.cross_entropy(logits.reshape(m * b, k), yb.reshape(m * b), reduction="none").view(m, b)
+        loss += (ce * real).sum(1)
     return correct, loss
 
 
 def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
-             chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             chunk: int | None = None, counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Accuracy in [0, 1] and mean cross-entropy [C] of model c on its own
-    x[c] [N, ...], y[c] (docs/algorithms.md), all clients at once; ``chunk`` samples
-    per client per pass (default: sized from memory)."""
+    x[c] [N, ...], y[c] (docs/algorithms.md; only its first counts[c] samples
+    when ``counts`` is given), all clients at once; ``chunk`` samples per
+    client per pass (default: sized from memory)."""
     _check_data(flat, layout, x, y)
     c, n = y.shape
+    counts = _check_counts(counts, c, n, x.device)
     y = y.to(x.device)
     rows, auto_chunk = eval_chunk_sizes(arch, x, c, min(chunk or n, n))
     chunk = chunk or auto_chunk
@@ -338,16 +429,19 @@ def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tenso
     loss = torch.empty_like(acc)
     for c0 in range(0, c, rows):
         c1 = min(c, c0 + rows)
-        correct, loss_sum = _loss_sums(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], chunk)
-        acc[c0:c1] = correct / n
-        loss[c0:c1] = loss_sum / n
+        part = None if counts is None else counts[c0:c1]
+        correct, loss_sum = _loss_sums(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], chunk, part)
+        size = n if part is None else part.to(flat.dtype)
+        acc[c0:c1] = correct / size
+        loss[c0:c1] = loss_sum / size
     return acc, loss
 
 
 def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
-                owner: torch.Tensor) -> torch.Tensor:
+                owner: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
     """Mean cross-entropy of models[m] [M, P] on the whole training set of
-    client owner[m] (x [C, N, ...], y [C, N]) -> [M] (docs/algorithms.md loss similarity)."""
+    client owner[m] (x [C, N, ...], y [C, N]; its first counts[owner[m]]
+    samples when ``counts`` [C] is given) -> [M] (docs/algorithms.md loss similarity)."""
     if models.dim() != 2 or models.shape[1] != layout.numel:
         raise ValueError(f"models must be [M, P={layout.numel}], got shape {tuple(models.shape)}")
     owner = owner.to(device=x.device, dtype=torch.long)
@@ -357,10 +451,12 @@ def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.
         raise ValueError(f"owner indices must lie in [0, {x.shape[0]}), got {owner.min().item()}..{owner.max().item()}")
     m, n = models.shape[0], x.shape[1]
     y = y.to(x.device)
+    counts = _check_counts(counts, x.shape[0], n, x.device)
     rows, chunk = eval_chunk_sizes(arch, x, m, n)
     out = torch.empty(m, dtype=models.dtype, device=models.device)
     for m0 in range(0, m, rows):
         own = owner[m0:m0 + rows]
-        _, loss_sum = _loss_sums(models[m0:m0 + rows], layout, arch, x[own], y[own], chunk)
-        out[m0:m0 + rows] = loss_sum / n
+        part = None if counts is None else counts[own]
+        _, loss_sum = _loss_sums(models[m0:m0 + rows], layout, arch, x[own], y[own], chunk, part)
+        out[m0:m0 + rows] = loss_sum / (n if part is None else part.to(models.dtype))
     return out
