@@ -247,6 +247,27 @@ def test_a_short_run_on_a_natural_file(tmp_path):
     assert len(lines) == 2
 
 
+@pytest.mark.integration
+def test_a_run_on_clients_of_unequal_sizes_without_true_clusters_and_its_resume_guard(tmp_path):
+    owners = np.array([0] * 12 + [1] * 3 + [2] * 7 + [3] * 5 + [4] * 9 + [5] * 1)
+    path = _write(tmp_path, _natural(owners, np.repeat(np.arange(6), [4, 1, 2, 3, 2, 1])))
+    base = SMALL + ["data.name=npz", f"data.path={path}", "algorithm.name=panm_loss", "data.num_clusters=1",
+                    f"out={tmp_path / 'r'}", "checkpoint_every=1"]
+    summary = _run(load_config(None, base))
+    assert summary["neighbor_precision"] is None and summary["ari"] is None and summary["true_clusters"] is None
+    assert 0 <= summary["final_accuracy"] <= 100 and summary["data_source"] == str(Path(path).resolve())
+    load_config(None, base + ["rounds=3"])                         # the same file: resumable
+    from fedclust.runner import prepare
+    assert prepare(load_config(None, base + ["rounds=3"])).resume_from is not None
+    with open(path, "ab") as f:                                    # the file changes
+        f.write(b"\0")
+    with pytest.raises(ConfigError) as e:
+        prepare(load_config(None, base + ["rounds=3"]))
+    assert e.value.field == "data.path" and str(Path(path).resolve()) in str(e.value) and "changed" in str(e.value)
+    assert "overwrite=true" in str(e.value)
+    assert prepare(load_config(None, base + ["rounds=3", "overwrite=true"])).resume_from is None
+
+
 def test_unknown_clusters_give_null_metrics():
     lists = torch.tensor([[False, True, True], [True, False, False]])
     p, r = neighbor_precision_recall(lists, None, torch.tensor([0, 1]))
