@@ -247,3 +247,10 @@ def test_every_algorithm_trains_a_user_model_batched_as_one_client_after_another
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-3), (name, a["round"])
         for key in ("neighbor_precision", "neighbor_recall", "models_received_total"):
             assert a.get(key) == pytest.approx(b.get(key), abs=1e-9), (name, key, a["round"])
+
+
+def test_a_model_named_by_package_module_and_name(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE / "plugins"))
+    net, why = make_net("user_models:tabular", SHAPE, CLASSES, "auto", "cpu")
+    assert isinstance(net, ModuleNet) and net.engine == "batched" and why.startswith("model user_models:tabular")
+    assert model_record("user_models:tabular", 1, net)["model_source"] == str(MODELS)
