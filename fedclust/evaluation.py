@@ -109,8 +109,9 @@ def summarize(s, history: list[dict], wall: float) -> dict:
         "clients": cfg.clients,
         "rounds": cfg.rounds,
         "stage1_rounds": s.stage1_end,
-        "train_size": cfg.data.train_size,
-        "test_size": cfg.data.test_size,
+        # examples per client; None where clients hold different numbers (a file of clients)
+        "train_size": None if s.data.train_counts is not None else int(s.data.train_x.shape[1]),
+        "test_size": None if s.data.test_counts is not None else int(s.data.test_x.shape[1]),
         "seed": cfg.seed,
         "final_accuracy": final["accuracy"],
         "best_accuracy": best["accuracy"],

@@ -196,7 +196,14 @@ def model_record(spec: str, params: int, arch=None) -> dict:
 
 
 def _build_user(spec: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    module = user_factory(spec)(tuple(input_shape), int(num_classes))
+    try:
+        module = user_factory(spec)(tuple(input_shape), int(num_classes))
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError("model", spec, f"NAME{tuple(input_shape), int(num_classes)} raised {type(exc).__name__}: "
+                          f"{exc}; make it take this data set's input_shape and num_classes, or choose another "
+                          "model") from None
     if not isinstance(module, nn.Module):
         raise ConfigError("model", spec, f"NAME(input_shape, num_classes) must return a torch.nn.Module, got "
                           f"{type(module).__name__}")

@@ -254,3 +254,9 @@ def test_a_model_named_by_package_module_and_name(monkeypatch):
     net, why = make_net("user_models:tabular", SHAPE, CLASSES, "auto", "cpu")
     assert isinstance(net, ModuleNet) and net.engine == "batched" and why.startswith("model user_models:tabular")
     assert model_record("user_models:tabular", 1, net)["model_source"] == str(MODELS)
+
+
+def test_a_factory_that_fails_on_the_data_sets_shape_is_a_config_error():
+    with pytest.raises(ConfigError) as e:
+        make_net(f"{HERE.parent / 'examples' / 'own_model' / 'model.py'}:TinyResNet", (60,), 10)
+    assert e.value.field == "model" and "raised ValueError" in str(e.value) and "(60,)" in str(e.value)
