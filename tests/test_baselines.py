@@ -10,7 +10,8 @@ from fedclust.algorithms.local import Local
 from fedclust.algorithms.oracle import Oracle
 from fedclust.algorithms.random_peers import RandomPeers
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, neighbor_precision_recall
-from fedclust.algorithms.aggregation import gossip, mixing_matrix
+from fedclust.algorithms.aggregation import (SPARSE_GOSSIP_MIN_CLIENTS, gossip, gossip_path, mixing_matrix,
+                                             neighbor_indices)
 
 
 def make_ctx(n=12, ids=None, clusters=None, seed=3):
@@ -87,7 +88,8 @@ def test_mixing_matrix_by_hand():
     expected = torch.tensor([[1 / 3, 1 / 3, 1 / 3], [0, 1, 0], [0.5, 0, 0.5]])
     assert torch.allclose(m, expected)
     w = torch.tensor([[3.0, 0.0], [6.0, 3.0], [0.0, 9.0]])
-    assert torch.allclose(gossip(nb, self_mask, w), torch.tensor([[3.0, 4.0], [6.0, 3.0], [1.5, 4.5]]))
+    for path in ("dense", "sparse"):
+        assert torch.allclose(gossip(nb, self_mask, w, path), torch.tensor([[3.0, 4.0], [6.0, 3.0], [1.5, 4.5]]))
 
 
 def test_gossip_for_a_shard_uses_global_columns():
@@ -96,8 +98,34 @@ def test_gossip_for_a_shard_uses_global_columns():
     self_mask = torch.zeros(2, 4, dtype=torch.bool)
     self_mask[0, 2] = self_mask[1, 3] = True
     w = torch.arange(4.0)[:, None]
-    out = gossip(nb, self_mask, w)
-    assert out.flatten().tolist() == [1.0, 2.5]  # (2+0)/2, (3+2)/2
+    for path in ("dense", "sparse"):
+        out = gossip(nb, self_mask, w, path)
+        assert out.flatten().tolist() == [1.0, 2.5]  # (2+0)/2, (3+2)/2
+
+
+def test_neighbor_indices_by_hand():
+    mask = torch.tensor([[False, True, False, True], [False, False, False, False], [True, True, True, False]])
+    idx, valid = neighbor_indices(mask)
+    assert valid.tolist() == [[True, True, False], [False, False, False], [True, True, True]]
+    assert idx[valid].tolist() == [1, 3, 0, 1, 2]
+
+
+def test_sparse_gossip_equals_the_mixing_matrix_product_and_a_shards_rows_equal_the_whole_runs():
+    g = torch.Generator().manual_seed(0)
+    n, P = 40, 33
+    w = torch.randn(n, P, generator=g)
+    nb = torch.rand(n, n, generator=g) < torch.rand(n, 1, generator=g) * 0.3     # rows of 0 to ~12 peers
+    nb[5] = False                                                                 # one client alone
+    eye = torch.eye(n, dtype=torch.bool)
+    whole = gossip(nb, eye, w, "sparse")
+    assert torch.allclose(whole, gossip(nb, eye, w, "dense"), atol=1e-6)
+    assert torch.equal(whole[5], w[5])
+    members = (nb & ~eye) | eye                                                  # the plain definition
+    for c in (0, 17, 39):
+        assert torch.allclose(whole[c], w[members[c]].mean(0), atol=1e-6)
+    for lo, hi in ((0, 13), (13, 40)):                                            # two ranks' shards
+        assert torch.equal(gossip(nb[lo:hi], eye[lo:hi], w, "sparse"), whole[lo:hi])
+    assert gossip_path(SPARSE_GOSSIP_MIN_CLIENTS - 1) == "dense" and gossip_path(SPARSE_GOSSIP_MIN_CLIENTS) == "sparse"
 
 
 def test_precision_recall_by_hand():

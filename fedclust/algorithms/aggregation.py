@@ -18,9 +18,56 @@ def mixing_matrix(neighbors: torch.Tensor, self_mask: torch.Tensor, dtype=torch.
     return a / a.sum(dim=1, keepdim=True)
 
 
-def gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: torch.Tensor) -> torch.Tensor:
-    """[C, P] averaged models of this rank's clients from all [n, P] models."""
-    return mixing_matrix(neighbors, self_mask, all_models.dtype) @ all_models
+# Clients from which the gossip average adds up each client's own few rows instead of multiplying a [C, n]
+# mixing matrix by all n models: see gossip_path.  A function of n alone, so every rank (and every number of
+# ranks) takes the same path for the same run.
+SPARSE_GOSSIP_MIN_CLIENTS = 500
+
+
+def gossip_path(n: int) -> str:
+    """"dense" (one matrix product, faster for small n) or "sparse" (each
+    client's own rows, O(C·k·P) instead of O(C·n·P)) for ``n`` clients."""
+    return "sparse" if n >= SPARSE_GOSSIP_MIN_CLIENTS else "dense"
+
+
+def gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: torch.Tensor,
+           path: str | None = None) -> torch.Tensor:
+    """[C, P] averaged models of this rank's clients from all [n, P] models:
+    each client's own model and its neighbours', equally weighted
+    (:func:`mixing_matrix`).  ``path``: :func:`gossip_path` of n by default."""
+    if (path or gossip_path(neighbors.shape[1])) == "dense":
+        return mixing_matrix(neighbors, self_mask, all_models.dtype) @ all_models
+    return sparse_gossip(neighbors, self_mask, all_models)
+
+
+def neighbor_indices(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(idx [C, m], valid [C, m]) of a bool [C, n] mask: row c's True columns
+    in increasing order, padded to the longest row's m (valid False there)."""
+    C = mask.shape[0]
+    counts = mask.sum(1)
+    m = int(counts.max()) if C else 0
+    rows, cols = mask.nonzero(as_tuple=True)                    # row-major: each row's columns ascending
+    starts = counts.cumsum(0) - counts
+    pos = torch.arange(len(rows), device=mask.device) - starts[rows]
+    idx = torch.zeros(C, m, dtype=torch.long, device=mask.device)
+    valid = torch.zeros(C, m, dtype=torch.bool, device=mask.device)
+    idx[rows, pos] = cols
+    valid[rows, pos] = True
+    return idx, valid
+
+
+def sparse_gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: torch.Tensor) -> torch.Tensor:
+    """:func:`gossip` by index: the mean of a client's own row and its
+    neighbours' rows (own first, then neighbours by increasing index), one
+    ``embedding_bag`` pass over just those rows; no [C, n] float matrix."""
+    members = neighbors | self_mask
+    own_rows = self_mask.nonzero(as_tuple=True)[1]
+    idx, valid = neighbor_indices(members & ~self_mask)
+    bags = torch.cat([own_rows[:, None], idx], dim=1)[torch.cat([torch.ones_like(valid[:, :1]), valid], dim=1)]
+    offsets = (valid.sum(1) + 1).cumsum(0) - (valid.sum(1) + 1)
+    return torch.nn.functional.embedding_bag(bags, all_models, offsets, mode="mean")
+
+
 
 
 def check_weights(weights: torch.Tensor, count: int, name: str = "weights") -> torch.Tensor:
