@@ -120,3 +120,27 @@ def test_loss_similarity_pool_path_equals_pair_path():
     want = loss_similarity(make_pair_loss(targets, own, []), all_after, mask)
     got = loss_similarity(None, all_after, mask, pool_loss=pool_loss)
     assert torch.allclose(got, want, rtol=1e-6) and torch.equal(got == NOT_COMPUTED, ~mask)
+
+
+def test_grad_similarity_on_the_pools_equals_the_dense_one_there_and_a_shards_rows_the_whole_runs():
+    from fedclust.algorithms.similarity import POOL_BLOCK, grad_similarity_pool
+
+    g = torch.Generator().manual_seed(4)
+    n, P = 30, POOL_BLOCK + 123                               # two parameter blocks
+    before = torch.randn(n, P, generator=g)
+    after = before + 0.1 * torch.randn(n, P, generator=g)
+    w0 = torch.randn(P, generator=g)
+    pool = torch.rand(n, n, generator=g) < 0.25
+    pool &= ~torch.eye(n, dtype=torch.bool)
+    pool[3] = False                                           # a client with an empty pool
+    dense = grad_similarity(after, before, w0, 0.3)
+    full_rows = torch.zeros(n, dtype=torch.bool)
+    full_rows[0] = True
+    got = grad_similarity_pool(after, before, w0, 0.3, pool, full_rows=full_rows)
+    assert torch.allclose(got[pool], dense[pool], atol=1e-5)
+    assert torch.isnan(got[1:][~pool[1:]]).all()              # nothing else computed ...
+    assert torch.allclose(got[0], dense[0], atol=1e-5)        # ... but client 0's whole row
+    whole = grad_similarity_pool(after, before, w0, 0.3, pool)
+    for lo, hi in ((0, 11), (11, 30)):                       # two ranks' shards, pools of other widths
+        part = grad_similarity_pool(after, before, w0, 0.3, pool[lo:hi], own=slice(lo, hi))
+        assert torch.equal(part[pool[lo:hi]], whole[lo:hi][pool[lo:hi]])
