@@ -14,6 +14,7 @@ into what PANMLoss's HNM runs its EM on (``panm.em_input``).
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable
 
 import torch
@@ -23,10 +24,10 @@ NOT_COMPUTED = float("-inf")   # loss_similarity's value where no pair was evalu
 LOSS_FLOOR = 1e-12             # a loss of 0 would give an infinite similarity
 GRAD_BLOCK = 16384             # parameters per block of grad_similarity on a CPU (cache-sized for 100 clients)
 # From this many clients PANMGrad's similarity is computed on the pools only (n alone decides, the same on every
-# rank).  Below it one dense product is as fast: on a 2-core CPU, P = 199,210, pools of 20, n = 2,000, the pool
-# path took 20.0 s and the dense one 21.5 s (gathering the pool rows runs at memory speed, the product at BLAS's);
-# the dense cost grows with n², the pool path's with n.
-POOL_SIMILARITY_MIN_CLIENTS = 2000
+# rank).  Below it one dense product is as fast: on a 2-core CPU, P = 199,210, pools of 20, the pool path took
+# 5.9 s at n = 2,000 against the dense product's 21.5 s, which falls as n² (about 1.3 s at n = 500); the pool
+# path falls as n.
+POOL_SIMILARITY_MIN_CLIENTS = 1000
 PAIR_CHUNK_ELEMENTS = 2**26    # models per pair_loss call: at most this many weights (256 MB in float32)
 
 
@@ -70,8 +71,7 @@ def grad_similarity(
     return cos_update.mul_(alpha).add_(cos_total, alpha=1.0 - alpha)
 
 
-POOL_BLOCK = 4096             # parameters per block of grad_similarity_pool
-POOL_TEMP_ELEMENTS = 2**22    # floats of the pool rows one pass of grad_similarity_pool gathers (16 MB)
+POOL_BLOCK = 16384            # parameters per block of grad_similarity_pool
 
 
 def grad_similarity_pool(
@@ -84,43 +84,44 @@ def grad_similarity_pool(
     full_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`grad_similarity` at the True entries of ``pool`` [C, n] only
-    (what CNI and HNM read), NaN elsewhere: O(C·m·P) for pools of m peers
-    instead of O(C·n·P).  Rows where ``full_rows`` [C] is True are computed
-    against all n clients (client 0's row, kept for its figure)."""
+    (what CNI and HNM read), NaN elsewhere: the dot products of just those
+    pairs (``torch.sparse.sampled_addmm`` on the pool's pattern, O(C·m·P)
+    for pools of m peers instead of O(C·n·P)), in fixed blocks of
+    :data:`POOL_BLOCK` parameters so that a row's sums do not depend on how
+    many rows a rank holds.  Rows where ``full_rows`` [C] is True are
+    computed against all n clients (client 0's row, kept for its figure)."""
     n, P = all_after.shape
     C = pool.shape[0]
     own_idx = torch.arange(n, device=all_after.device)[own]
-    peers, valid = padded_pools(pool)
-    peers = peers.to(all_after.device)
-    m = peers.shape[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # "sparse CSR support is in beta": the product is tested
+        pattern = pool.to(device=all_after.device, dtype=all_after.dtype).to_sparse_csr()
+    crow, cols = pattern.crow_indices(), pattern.col_indices()
+    rows = torch.repeat_interleave(torch.arange(C, device=crow.device), crow[1:] - crow[:-1])
     full = (full_rows.nonzero(as_tuple=True)[0] if full_rows is not None else
             torch.zeros(0, dtype=torch.long)).to(all_after.device)
-    block = min(P, POOL_BLOCK)                                   # fixed: a row's sums do not depend on C or m
-    rows_per_pass = max(1, POOL_TEMP_ELEMENTS // max(1, m * block))
-    dot_u = all_after.new_zeros(C, m)
-    dot_w = all_after.new_zeros(C, m)
+    dot_u = all_after.new_zeros(len(cols))
+    dot_w = all_after.new_zeros(len(cols))
     full_u = all_after.new_zeros(len(full), n)
     full_w = all_after.new_zeros(len(full), n)
     sq_u = all_after.new_zeros(n)
     sq_w = all_after.new_zeros(n)
-    for s in range(0, P, block):   # parameter blocks, then clients: no [C, m, P] temporary
-        u = all_after[:, s:s + block] - all_before[:, s:s + block]
-        w = all_after[:, s:s + block] - w0[s:s + block]
-        for c0 in range(0, C, rows_per_pass):
-            p, me = peers[c0:c0 + rows_per_pass], own_idx[c0:c0 + rows_per_pass]
-            dot_u[c0:c0 + rows_per_pass] += torch.bmm(u[p], u[me].unsqueeze(2)).squeeze(2)
-            dot_w[c0:c0 + rows_per_pass] += torch.bmm(w[p], w[me].unsqueeze(2)).squeeze(2)
+    for s in range(0, P, POOL_BLOCK):   # parameter blocks, not clients
+        u = all_after[:, s:s + POOL_BLOCK] - all_before[:, s:s + POOL_BLOCK]
+        w = all_after[:, s:s + POOL_BLOCK] - w0[s:s + POOL_BLOCK]
+        if len(cols):
+            dot_u += torch.sparse.sampled_addmm(pattern, u[own_idx], u.T, beta=0.0).values()
+            dot_w += torch.sparse.sampled_addmm(pattern, w[own_idx], w.T, beta=0.0).values()
         if len(full):
             full_u.addmm_(u[own_idx[full]], u.T)
             full_w.addmm_(w[own_idx[full]], w.T)
         sq_u += (u * u).sum(1)
         sq_w += (w * w).sum(1)
     nu, nw = sq_u.sqrt().clamp_min(EPS), sq_w.sqrt().clamp_min(EPS)
-    cos = (dot_u / (nu[own_idx][:, None] * nu[peers])).mul_(alpha).add_(
-        dot_w / (nw[own_idx][:, None] * nw[peers]), alpha=1.0 - alpha)
+    me = own_idx[rows]
+    cos = (dot_u / (nu[me] * nu[cols])).mul_(alpha).add_(dot_w / (nw[me] * nw[cols]), alpha=1.0 - alpha)
     out = all_after.new_full((C, n), math.nan)
-    rows = torch.arange(C, device=out.device)[:, None].expand_as(peers)
-    out[rows[valid], peers[valid]] = cos[valid]
+    out[rows, cols] = cos
     if len(full):
         own_full = own_idx[full]
         out[full] = (full_u / (nu[own_full][:, None] * nu[None, :])).mul_(alpha).add_(
