@@ -100,12 +100,20 @@ if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
   munge -n </dev/null | unmunge >/dev/null 2>&1 || { echo "Slurm cannot start: munged does not answer" >&2; exit 3; }
 fi
 
-# A cluster of this DIR already up answers sinfo: keep it.
+start_slurmd() {
+  slurmd -f "$conf" -c || { echo "Slurm cannot start: slurmd failed; $dir/slurmd.log: $(tail -5 "$dir/slurmd.log" 2>/dev/null)" >&2; exit 3; }
+}
+# A cluster of this DIR already up answers sinfo: keep it, starting its node daemon again if that one is gone
+# (an earlier run's controller outlived its slurmd: the node would stay "not responding").
 if ! timeout 10 sinfo -h >/dev/null 2>&1; then
   kill_pidfile "$dir/slurmd.pid"
   kill_pidfile "$dir/slurmctld.pid"
   slurmctld -f "$conf" -c -i || { echo "Slurm cannot start: slurmctld failed; $dir/slurmctld.log: $(tail -5 "$dir/slurmctld.log" 2>/dev/null)" >&2; exit 3; }
-  slurmd -f "$conf" -c || { echo "Slurm cannot start: slurmd failed; $dir/slurmd.log: $(tail -5 "$dir/slurmd.log" 2>/dev/null)" >&2; exit 3; }
+  start_slurmd
+elif ! { [[ -s "$dir/slurmd.pid" ]] && kill -0 "$(cat "$dir/slurmd.pid")" 2>/dev/null; }; then
+  rm -f "$dir/slurmd.pid"
+  start_slurmd
+  scontrol update nodename="$host" state=resume >/dev/null 2>&1 || true
 fi
 
 # Wait for the node to take jobs.
