@@ -63,7 +63,7 @@ def test_law_by_hand():
     lw = bench_scale.law(cfg, 2, base=100)
     assert lw["params"] == mlp and lw["columns"] == mlp + 2
     assert lw["gather_bytes"] == 1000 * (mlp + 2) * 4
-    d = (200 + 100) * (784 * 4 + 8)
+    d = (200 + 100) * (784 * 1 + 8)   # Fashion-MNIST images kept as uint8 (1 byte a pixel), labels int64
     assert lw["data_bytes_per_client"] == d
     assert lw["memory_bytes"] == 100 + 500 * d + 2 * 500 * mlp * 4 + 500 * 1000 * 10 + 2 * 1000 * (mlp + 2) * 4
     assert bench_scale.law(cfg, 1)["gather_bytes"] == 0

@@ -385,3 +385,29 @@ def test_torchvision_name_errors(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_federated(DataConfig(name="torchvision:KMINST", root=str(tmp_path), download=False), 4, 0)
     assert e.value.field == "data.name" and "did you mean 'torchvision:KMNIST'" in str(e.value)
+
+
+def test_stored_inputs_read_as_the_normalized_tensor_bit_for_bit():
+    from fedclust.data.base import StoredInputs
+    from fedclust.data.partition import normalize
+
+    g = torch.Generator().manual_seed(0)
+    raw = torch.randint(0, 256, (3, 5, 1, 4, 4), generator=g, dtype=torch.uint8)
+    norm = lambda x: normalize(x, (0.2860,), (0.3530,))   # noqa: E731
+    x, whole = StoredInputs(raw, norm), norm(raw)
+    assert (x.shape, x.device, x.dtype, x.dim(), x.element_size(), len(x)) == \
+        (whole.shape, whole.device, torch.float32, 5, 4, 3)
+    rows, idx = torch.arange(3)[:, None], torch.tensor([[4, 0], [1, 1], [3, 2]])
+    for key in (slice(1, 3), (rows, idx), torch.tensor([2, 0]), (slice(None), slice(0, 2))):
+        assert torch.equal(x[key], whole[key])                 # read by index: the same numbers
+    assert torch.equal(x.double(), whole.double()) and torch.equal(torch.flatten(x, 0, 1), whole.flatten(0, 1))
+    assert torch.equal(x - 1.0, whole - 1.0) and torch.equal(1.0 - x, 1.0 - whole)
+    assert raw.element_size() == 1                             # a quarter of float32's memory
+
+
+def test_image_pools_are_kept_as_stored_bytes(tmp_path):
+    from fedclust.data.base import StoredInputs
+
+    path = _write(tmp_path, _pool())                           # uint8 images
+    d = load_federated(DataConfig(name="npz", path=path, train_size=10, test_size=5), 4, 0)
+    assert isinstance(d.train_x, StoredInputs) and d.train_x.stored.dtype == torch.uint8

@@ -102,13 +102,22 @@ def _cfg(config: str, clients: int, rounds: int, algorithm: str, overrides: list
                                         f"rounds={rounds + 1}", "figures=false", "progress=false", *overrides])
 
 
+def input_bytes(cfg) -> int:
+    """Bytes a client keeps per input element: 1 for a pool of uint8 images (kept as stored, normalized when
+    read: fedclust.data.base.StoredInputs), 4 (float32) otherwise."""
+    ds = dataset(cfg.data)
+    if ds.kind_of(cfg.data) == "pool" and ds.raw(cfg.data).train_x.dtype == torch.uint8:
+        return 1
+    return 4
+
+
 def law(cfg, world: int, base: float = 0.0) -> dict:
     """The growth law's gather bytes per rank per round and peak RSS bytes of one process (see the module doc)."""
     n, P = cfg.clients, parameter_count(cfg)
     width = P * (2 if registry.build(cfg).gathers_before else 1) + EXTRA_COLUMNS
     C = math.ceil(n / world)
     _, shape, _ = model_spec(cfg)
-    d = (cfg.data.train_size + cfg.data.test_size) * (math.prod(shape) * 4 + 8)
+    d = (cfg.data.train_size + cfg.data.test_size) * (math.prod(shape) * input_bytes(cfg) + 8)
     gather = world * C * width * 4 if world > 1 else 0
     memory = base + C * d + 2 * C * P * 4 + C * n * 10 + (2 * world * C * width * 4 if world > 1 else 0)
     return {"params": P, "columns": width, "data_bytes_per_client": d, "gather_bytes": gather, "memory_bytes": memory}

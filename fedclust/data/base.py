@@ -19,6 +19,7 @@ can) and how it is loaded (``load``).  Two kinds:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -42,13 +43,71 @@ CLUSTER_KINDS = ("rotation", "label_swap")
 KINDS = ("pool", "client")
 
 
+class StoredInputs:
+    """Inputs kept as stored (uint8 images: a quarter of float32's memory)
+    and normalized to float32 when read: ``x[i]`` is ``normalize(stored[i])``,
+    element by element the same numbers as normalizing everything first.
+    The engine reads it by index (a chunk of clients, a batch); it has the
+    tensor's ``shape``, ``device`` and ``dtype`` (float32); any other use (a
+    torch function, a tensor method) sees the whole normalized tensor."""
+
+    def __init__(self, stored: torch.Tensor, normalize):
+        self.stored = stored
+        self._normalize = normalize
+
+    shape = property(lambda self: self.stored.shape)
+    device = property(lambda self: self.stored.device)
+    ndim = property(lambda self: self.stored.ndim)
+    dtype = torch.float32
+
+    def dim(self) -> int:
+        return self.stored.dim()
+
+    def element_size(self) -> int:
+        return 4
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+    def __getitem__(self, index) -> torch.Tensor:
+        return self._normalize(self.stored[index])
+
+    def materialize(self) -> torch.Tensor:
+        """The whole normalized float32 tensor."""
+        return self._normalize(self.stored)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name == "stored":
+            raise AttributeError(name)
+        return getattr(self.materialize(), name)
+
+    # Python's operators skip __getattr__: each of these reads the whole normalized tensor.
+    def __add__(self, other): return self.materialize() + other            # noqa: E704
+    def __radd__(self, other): return other + self.materialize()           # noqa: E704
+    def __sub__(self, other): return self.materialize() - other            # noqa: E704
+    def __rsub__(self, other): return other - self.materialize()           # noqa: E704
+    def __mul__(self, other): return self.materialize() * other            # noqa: E704
+    def __rmul__(self, other): return other * self.materialize()           # noqa: E704
+    def __truediv__(self, other): return self.materialize() / other        # noqa: E704
+    def __neg__(self): return -self.materialize()                          # noqa: E704
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+
+        def plain(a):
+            return a.materialize() if isinstance(a, StoredInputs) else a
+        return func(*tree_map(plain, args), **tree_map(plain, kwargs or {}))
+
+
 @dataclass
 class FederatedData:
     """The held clients' data; row c of each tensor is client ``client_ids[c]``."""
 
-    train_x: torch.Tensor        # [C, Ntrain, *input_shape] float32, normalized (docs/algorithms.md)
+    train_x: torch.Tensor | StoredInputs   # [C, Ntrain, *input_shape] float32, normalized (docs/algorithms.md);
+    #                                        uint8 image pools are kept as StoredInputs, normalized when read
     train_y: torch.Tensor        # [C, Ntrain] int64
-    test_x: torch.Tensor         # [C, Ntest, *input_shape]
+    test_x: torch.Tensor | StoredInputs    # [C, Ntest, *input_shape]
     test_y: torch.Tensor         # [C, Ntest]
     clusters: torch.Tensor | None  # [num_clients] int64 true cluster of every client; None: not known (a file
     #                                without a `cluster` array): neighbour precision, recall and ARI are then null
@@ -268,11 +327,12 @@ class PoolDataSet(DataSet):
                 x = rotate(x, held.to(device), cfg.num_clusters)
             else:
                 y = swap_labels(y, held.to(device), cfg.num_clusters, k)
-            out += [self.normalize(cfg, x), y]
+            x = x.contiguous()
+            out += [StoredInputs(x, functools.partial(self.normalize, cfg)) if x.dtype == torch.uint8
+                    else self.normalize(cfg, x).contiguous(), y.contiguous()]
         train_x, train_y, test_x, test_y = out
         return FederatedData(
-            train_x=train_x.contiguous(), train_y=train_y.contiguous(),
-            test_x=test_x.contiguous(), test_y=test_y.contiguous(),
+            train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
             clusters=clusters.to(device), client_ids=ids.to(device),
             input_shape=self.input_shape(cfg), num_classes=k, source=raw.source,
         )

@@ -64,7 +64,6 @@ def mlp_pool_losses(models: torch.Tensor, layout: ParamLayout, x: torch.Tensor, 
     w1, b1, w2, b2, w3, b3 = (p[k] for k in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
                                              "fc3.weight", "fc3.bias"))
     H, K = w1.shape[1], w3.shape[1]
-    xf = x.reshape(C, N, -1)
     chunk = chunk or pool_chunk(layout, x, m)
     out = torch.empty(C, m, dtype=models.dtype, device=models.device)
     for c0 in range(0, C, chunk):
@@ -72,7 +71,8 @@ def mlp_pool_losses(models: torch.Tensor, layout: ParamLayout, x: torch.Tensor, 
         cc, idx = c1 - c0, peers[c0:c1]
         # layer 1: client c's N images against all m peers' first layers at once
         w = w1[idx].reshape(cc, m * H, -1)                                   # [cc, m·H, D] (the one copy)
-        h = torch.baddbmm(b1[idx].reshape(cc, 1, m * H), xf[c0:c1], w.transpose(1, 2))   # [cc, N, m·H]
+        xf = x[c0:c1].reshape(cc, N, -1)                                    # read (normalized) per pass
+        h = torch.baddbmm(b1[idx].reshape(cc, 1, m * H), xf, w.transpose(1, 2))            # [cc, N, m·H]
         h = F.relu_(h).view(cc, N, m, H).transpose(1, 2).reshape(cc * m, N, H)           # [cc·m, N, H]
         flat_idx = idx.reshape(-1)
         h = F.relu_(torch.baddbmm(b2[flat_idx].unsqueeze(1), h, w2[flat_idx].transpose(1, 2)))
