@@ -110,6 +110,16 @@ def wait_for(path: Path, proc, timeout=240):
         time.sleep(0.05)
 
 
+def _logged(out: Path, step: int) -> bool:
+    """Whether the offline W&B file already holds ``step``; a record the service is still writing reads as not yet."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return any(r["_step"] == step for f in wo.run_file(out) for r in wo.history(wo.records(f)))
+    except DecodeError:
+        return False
+
+
 def test_killed_and_resumed_run_is_one_wandb_run_without_repeated_steps(tmp_path):
     """SIGKILL after round 5 with the newest checkpoint at round 3: the resumed
     run redoes rounds 4 and 5 but does not log them again."""
@@ -118,7 +128,7 @@ def test_killed_and_resumed_run_is_one_wandb_run_without_repeated_steps(tmp_path
                     PAUSE_AFTER_ROUND="5")
     wait_for(out / ".paused", proc)
     end = time.time() + 60   # W&B's service writes the file asynchronously: wait for round 5 in it
-    while not any(r["_step"] == 5 for f in wo.run_file(out) for r in wo.history(wo.records(f))):
+    while not _logged(out, 5):
         assert time.time() < end, "round 5 never reached the offline W&B file"
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
