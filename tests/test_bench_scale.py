@@ -69,6 +69,8 @@ def test_law_by_hand():
     assert bench_scale.law(cfg, 1)["gather_bytes"] == 0
     panm = load_config("configs/fmnist_rotation2.yaml", ["clients=1000", "data.share_images=true"])
     assert bench_scale.law(panm, 2)["columns"] == 2 * mlp + 2
+    # ... and keeps its models from before training: a third [C, P] copy
+    assert bench_scale.law(panm, 1)["memory_bytes"] == 1000 * d + 3 * 1000 * mlp * 4 + 1000 * 1000 * 10
 
 
 def test_predict_runs_nothing(capsys):

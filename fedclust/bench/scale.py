@@ -114,12 +114,13 @@ def input_bytes(cfg) -> int:
 def law(cfg, world: int, base: float = 0.0) -> dict:
     """The growth law's gather bytes per rank per round and peak RSS bytes of one process (see the module doc)."""
     n, P = cfg.clients, parameter_count(cfg)
-    width = P * (2 if registry.build(cfg).gathers_before else 1) + EXTRA_COLUMNS
+    before = registry.build(cfg).gathers_before      # it keeps a copy of its models from before training too
+    width = P * (2 if before else 1) + EXTRA_COLUMNS
     C = math.ceil(n / world)
     _, shape, _ = model_spec(cfg)
     d = (cfg.data.train_size + cfg.data.test_size) * (math.prod(shape) * input_bytes(cfg) + 8)
     gather = world * C * width * 4 if world > 1 else 0
-    memory = base + C * d + 2 * C * P * 4 + C * n * 10 + (2 * world * C * width * 4 if world > 1 else 0)
+    memory = base + C * d + (3 if before else 2) * C * P * 4 + C * n * 10 + (2 * world * C * width * 4 if world > 1 else 0)
     return {"params": P, "columns": width, "data_bytes_per_client": d, "gather_bytes": gather, "memory_bytes": memory}
 
 
