@@ -10,10 +10,6 @@ Config, load_config`` is all a script needs.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-import zlib
 from pathlib import Path
 
 import torch
@@ -21,6 +17,7 @@ import torch
 from fedclust.algorithms import registry
 from fedclust.data import check_data
 from fedclust.errors import ConfigError
+from fedclust.importing import import_target
 from fedclust.dist import resolve_device
 from fedclust.models import cnn_side, is_user_model, make_net, model_spec
 from fedclust.schema import (SECTIONS, AlgorithmConfig, Config, DataConfig, TrainConfig, WandbConfig,  # noqa: F401
@@ -30,27 +27,7 @@ from fedclust.schema import (SECTIONS, AlgorithmConfig, Config, DataConfig, Trai
 def load_plugin(spec: str) -> None:
     """Import a plugin: a module name (``my_lab.algorithms``) or a ``.py``
     file; importing it registers its algorithms and data sets.  Importing twice is a no-op."""
-    if spec.endswith(".py"):
-        path = Path(spec).resolve()
-        name = f"fedclust_plugin_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
-        if name in sys.modules:
-            return
-        if not path.is_file():
-            raise ConfigError("plugins", spec, "no such file; give a module name or the path of a .py file")
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception:
-            del sys.modules[name]
-            raise
-        return
-    try:
-        importlib.import_module(spec)
-    except ModuleNotFoundError as exc:
-        raise ConfigError("plugins", spec, f"cannot import it ({exc}); give an importable module name or the path "
-                          "of a .py file") from None
+    import_target(spec, "plugins", "give an importable module name or the path of a .py file")
 
 
 def _plugins_named(raw: dict, overrides) -> list[str]:

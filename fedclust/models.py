@@ -20,13 +20,8 @@ functional forward's parameter dict.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib
-import importlib.util
 import math
-import sys
-import zlib
 from pathlib import Path
 
 import torch
@@ -37,6 +32,7 @@ from fedclust.data import registry as data_registry
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
 from fedclust.errors import ConfigError
+from fedclust.importing import import_target
 
 ARCHS = ("logreg", "mlp", "cnn")
 
@@ -126,30 +122,10 @@ def is_user_model(spec: str) -> bool:
     return ":" in str(spec)
 
 
-@functools.lru_cache(maxsize=16)
 def _import_target(target: str):
-    """The module a spec's part before ':' names: a ``.py`` file (imported
-    once under a name derived from its path) or an importable module."""
-    if target.endswith(".py"):
-        path = Path(target).expanduser().resolve()
-        if not path.is_file():
-            raise ConfigError("model", target, "no such file; give model=FILE.py:NAME with FILE.py an existing "
-                              "Python file (a path relative to where you run fedclust, or absolute)")
-        name = f"fedclust_model_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
-        module_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception:
-            del sys.modules[name]
-            raise
-        return module
-    try:
-        return importlib.import_module(target)
-    except ModuleNotFoundError as exc:
-        raise ConfigError("model", target, f"cannot import it ({exc}); give model=FILE.py:NAME or "
-                          "model=package.module:NAME with an importable module") from None
+    """The module a spec's part before ':' names (a ``.py`` file or an importable module)."""
+    return import_target(target, "model", "give model=FILE.py:NAME (FILE.py a path relative to where you run "
+                         "fedclust, or absolute) or model=package.module:NAME with an importable module")
 
 
 def user_factory(spec: str):

@@ -9,12 +9,11 @@ class); the built-in ones are found by importing every module of
 from __future__ import annotations
 
 import difflib
-import importlib
-import pkgutil
 
 from fedclust import schema
 from fedclust.algorithms.base import Algorithm
 from fedclust.errors import ConfigError
+from fedclust.importing import import_submodules
 
 _CLASSES: dict[str, type[Algorithm]] = {}
 
@@ -81,7 +80,4 @@ def load_builtin() -> None:
     if _loaded:
         return
     _loaded = True
-    import fedclust.algorithms as package
-
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+    import_submodules("fedclust.algorithms")

@@ -13,11 +13,10 @@ is named ``NAME:ARGUMENT`` (``get("torchvision:KMNIST")``).
 from __future__ import annotations
 
 import difflib
-import importlib
-import pkgutil
 
 from fedclust.data.base import KINDS, DataSet
 from fedclust.errors import ConfigError
+from fedclust.importing import import_submodules
 
 _CLASSES: dict[str, type[DataSet]] = {}
 BUILTIN_PACKAGE = "fedclust.data.sets"
@@ -92,6 +91,4 @@ def load_builtin() -> None:
     if _loaded:
         return
     _loaded = True
-    package = importlib.import_module(BUILTIN_PACKAGE)
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{BUILTIN_PACKAGE}.{info.name}")
+    import_submodules(BUILTIN_PACKAGE)
