@@ -28,7 +28,7 @@ import yaml
 
 from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
-from fedclust.models import default_arch, file_sha256, model_source
+from fedclust.models import file_sha256, model_name, model_source
 from fedclust.outputs import RUN_FILES
 from fedclust.schema import CORE_KEYS
 
@@ -154,8 +154,7 @@ def _not_continuable(p: Path, config_dict: dict, sections: tuple[str, ...]) -> s
 def input_files(cfg) -> dict:
     """The files a run reads besides its config, by the key that names them:
     a user model's source file, a data file; each as {path, sha256}."""
-    spec = default_arch(cfg.data.name) if cfg.model == "auto" else cfg.model
-    files = {"model": model_source(spec), "data.path": str(Path(cfg.data.path).resolve()) if cfg.data.path else None}
+    files = {"model": model_source(model_name(cfg)), "data.path": str(Path(cfg.data.path).resolve()) if cfg.data.path else None}
     return {key: {"path": path, "sha256": file_sha256(path)} for key, path in files.items()
             if path and Path(path).is_file()}
 

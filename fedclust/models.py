@@ -296,8 +296,12 @@ def default_arch(data_name: str) -> str:
 def model_spec(cfg) -> tuple[str, tuple[int, ...], int]:
     """(architecture, input shape of one sample, classes) of a run's model, as its data set declares them."""
     ds = data_registry.get(cfg.data.name)
-    arch = ds.default_model if cfg.model == "auto" else cfg.model
-    return arch, tuple(ds.input_shape(cfg.data)), int(ds.num_classes(cfg.data))
+    return model_name(cfg), tuple(ds.input_shape(cfg.data)), int(ds.num_classes(cfg.data))
+
+
+def model_name(cfg) -> str:
+    """The run's model as named: ``cfg.model``, or with ``auto`` its data set's default."""
+    return default_arch(cfg.data.name) if cfg.model == "auto" else cfg.model
 
 
 def parameter_count(cfg) -> int:

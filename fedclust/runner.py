@@ -36,7 +36,7 @@ from fedclust.engine.train import TrainSettings, pair_losses, train_round
 from fedclust.errors import CollectiveError, DivergenceError
 from fedclust.evaluation import Traffic, evaluate_round, summarize, summary_text
 from fedclust.figures import write_run_figures
-from fedclust.models import default_arch, initial_weights, make_net
+from fedclust.models import initial_weights, make_net, model_name
 from fedclust.outputs import RunWriter, check_writable, default_out
 from fedclust.progress import make_progress
 from fedclust.schema import Config, to_dict
@@ -75,6 +75,7 @@ class Setup:
     data: FederatedData
     arch: str | ModuleNet        # what the engine trains: a built-in's name or a module's functional forward
     spec: str                    # the model as the config names it (mlp, FILE.py:NAME, ...)
+    inputs: dict                 # the files it read besides the config, hashed once (checkpoint.input_files)
     layout: ParamLayout
     ctx: Context
     algo: Algorithm
@@ -101,7 +102,7 @@ def setup(cfg: Config, fabric) -> Setup:
     start, stop = shard_bounds(n, world, rank)
     client_ids = torch.arange(start, stop, dtype=torch.int64)
     data = load_federated(cfg.data, n, cfg.seed, client_ids.tolist(), device=device)
-    spec = default_arch(cfg.data.name) if cfg.model == "auto" else cfg.model
+    spec = model_name(cfg)
     layout, w0 = initial_weights(spec, data.input_shape, data.num_classes, cfg.seed)
     w0 = w0.to(device)
     arch, why = make_net(spec, data.input_shape, data.num_classes, cfg.engine, device.type, cfg.seed)
@@ -121,8 +122,8 @@ def setup(cfg: Config, fabric) -> Setup:
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)
     return Setup(cfg=cfg, fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids,
-                 data=data, arch=arch, spec=spec, layout=layout, ctx=ctx, algo=registry.build(cfg), settings=settings,
-                 stage1_end=min(cfg.stage1_rounds, cfg.rounds))
+                 data=data, arch=arch, spec=spec, inputs=checkpoint.input_files(cfg), layout=layout, ctx=ctx,
+                 algo=registry.build(cfg), settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds))
 
 
 # ----------------------------------------------------------------------------
@@ -163,7 +164,7 @@ class LoopState:
         counts = _gather(s, self.stage1_counts)
         if s.rank != 0:
             return None
-        return {"config": to_dict(s.cfg), "inputs": checkpoint.input_files(s.cfg), "world_size": s.world,
+        return {"config": to_dict(s.cfg), "inputs": s.inputs, "world_size": s.world,
                 "weights": weights,
                 "algorithm": {"clients": rows, "server": _cpu(sd["server"])}, "traffic": traffic,
                 "stage1_counts": counts, "saved": _cpu(self.saved), "history": self.history,

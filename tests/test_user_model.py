@@ -22,17 +22,22 @@ CONV, DENSE = f"{MODELS}:SmallConvGN", f"{MODELS}:tabular"
 SHAPE, CLASSES = (1, 12, 12), 4
 
 
-def plain_loop(spec, flat, x, y, orders, lr, momentum, batch, anchor=None, mu=0.0):
-    """Each client: its own nn.Module and torch.optim.SGD, the same batches."""
+def plain_loop(spec, flat, x, y, orders, lr, momentum, batch, anchor=None, mu=0.0, counts=None):
+    """Each client: its own nn.Module and torch.optim.SGD, the same batches;
+    with ``counts``, alone on its own first counts[c] examples (its epoch the
+    first counts[c] entries of its order, which must list each of them once)."""
     layout = ParamLayout.from_module(build_model(spec, SHAPE, CLASSES))
     out = flat.clone()
     for c in range(flat.shape[0]):
         model = build_model(spec, SHAPE, CLASSES)
         layout.load_into(model, flat[c])
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+        m = x.shape[1] if counts is None else int(counts[c])
         for e in range(orders.shape[0]):
-            for s in range(0, x.shape[1], batch):
-                idx = orders[e, c, s:s + batch]
+            order = orders[e, c, :m]
+            assert sorted(order.tolist()) == list(range(m))          # its own examples, each once
+            for s in range(0, m, batch):
+                idx = order[s:s + batch]
                 loss = F.cross_entropy(model(x[c, idx]), y[c, idx])
                 if anchor is not None:
                     w = torch.cat([p.reshape(-1) for p in model.parameters()])
@@ -146,29 +151,6 @@ def test_the_run_records_the_model_source_its_hash_and_size():
 
 # ---------------------------------------------------------------- clients of unequal sizes
 
-def plain_unequal(spec, flat, x, y, orders, counts, lr, momentum, batch):
-    """Each client alone on its own counts[c] examples: its epoch is the first
-    counts[c] entries of its order, cut into batches."""
-    layout = ParamLayout.from_module(build_model(spec, SHAPE, CLASSES))
-    out = flat.clone()
-    for c in range(flat.shape[0]):
-        model = build_model(spec, SHAPE, CLASSES)
-        layout.load_into(model, flat[c])
-        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-        m = int(counts[c])
-        for e in range(orders.shape[0]):
-            order = orders[e, c, :m]
-            assert sorted(order.tolist()) == list(range(m))          # its own examples, each once
-            for s in range(0, m, batch):
-                idx = order[s:s + batch]
-                loss = F.cross_entropy(model(x[c, idx]), y[c, idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-        out[c] = layout.flatten(model)
-    return out
-
-
 @pytest.mark.parametrize("arch", ["mlp", DENSE, CONV, "loop"])
 def test_clients_of_unequal_sizes_train_and_evaluate_as_each_alone_on_its_own_examples(arch):
     spec = {"mlp": "mlp", "loop": DENSE}.get(arch, arch)
@@ -176,7 +158,7 @@ def test_clients_of_unequal_sizes_train_and_evaluate_as_each_alone_on_its_own_ex
     counts = torch.tensor([13, 4, 9, 1])
     x[1, 4:] = 1e6      # padding must never be read
     orders = rng.batch_orders(0, 1, torch.arange(4), 2, 13, counts)
-    want = plain_unequal(spec, flat, x, y, orders, counts, lr=0.05, momentum=0.9, batch=5)
+    want = plain_loop(spec, flat, x, y, orders, lr=0.05, momentum=0.9, batch=5, counts=counts)
     if spec == "mlp":
         net = "mlp"
     else:

@@ -60,9 +60,8 @@ def sparse_gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: 
     """:func:`gossip` by index: the mean of a client's own row and its
     neighbours' rows (own first, then neighbours by increasing index), one
     ``embedding_bag`` pass over just those rows; no [C, n] float matrix."""
-    members = neighbors | self_mask
     own_rows = self_mask.nonzero(as_tuple=True)[1]
-    idx, valid = neighbor_indices(members & ~self_mask)
+    idx, valid = neighbor_indices(neighbors & ~self_mask)
     bags = torch.cat([own_rows[:, None], idx], dim=1)[torch.cat([torch.ones_like(valid[:, :1]), valid], dim=1)]
     offsets = (valid.sum(1) + 1).cumsum(0) - (valid.sum(1) + 1)
     return torch.nn.functional.embedding_bag(bags, all_models, offsets, mode="mean")

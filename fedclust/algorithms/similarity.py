@@ -19,6 +19,8 @@ from typing import Callable
 
 import torch
 
+from fedclust.algorithms.aggregation import neighbor_indices
+
 EPS = 1e-12
 NOT_COMPUTED = float("-inf")   # loss_similarity's value where no pair was evaluated
 LOSS_FLOOR = 1e-12             # a loss of 0 would give an infinite similarity
@@ -133,12 +135,8 @@ def padded_pools(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(peers [C, m], valid [C, m])`` of a ``[C, n]`` bool mask: row c's
     True columns in ascending order, padded to the longest row ``m`` with
     the row's first True column (or 0); ``valid`` marks the real entries."""
-    counts = mask.sum(1)
-    m = int(counts.max()) if mask.numel() else 0
-    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :m]   # True columns first
-    valid = torch.arange(m, device=mask.device)[None, :] < counts[:, None]
-    peers = torch.where(valid, order, order[:, :1].expand_as(order))
-    return peers, valid
+    idx, valid = neighbor_indices(mask)
+    return torch.where(valid, idx, idx[:, :1].expand_as(idx)), valid
 
 
 def loss_similarity(
