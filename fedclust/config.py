@@ -18,7 +18,7 @@ from fedclust.algorithms import registry
 from fedclust.data import check_data
 from fedclust.errors import ConfigError
 from fedclust.importing import import_target
-from fedclust.dist import resolve_device
+from fedclust.dist import exchange_column_bytes, exchange_columns, resolve_device, world_from_env
 from fedclust.models import cnn_side, is_user_model, make_net, model_spec
 from fedclust.schema import (SECTIONS, AlgorithmConfig, Config, DataConfig, TrainConfig, WandbConfig,  # noqa: F401
                              dump, parse, parse_override, read_yaml, set_key, to_dict, valid_keys, validate_core)
@@ -63,6 +63,7 @@ def validate(cfg: Config) -> None:
     validate_core(cfg)
     algorithm = registry.get(cfg.algorithm.name)
     algorithm.check(cfg)
+    check_exchange(cfg, algorithm)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", "cuda", "no CUDA device is visible here; use device=cpu or device=auto")
     check_data(cfg.data, cfg.clients)   # data-set plugins were imported with the algorithms' (load_algorithms)
@@ -72,3 +73,25 @@ def validate(cfg: Config) -> None:
                           f"18x18, but {cfg.data.name}'s inputs have shape {list(shape)}; use model=mlp")
     if is_user_model(arch) or cfg.engine == "loop":   # built, checked and its engine chosen before anything starts
         make_net(arch, shape, model_spec(cfg)[2], cfg.engine, resolve_device(cfg.device), cfg.seed)
+
+
+def check_exchange(cfg: Config, algorithm) -> None:
+    """``exchange_mb > 0`` needs an algorithm that reads the gathered models
+    in column blocks, and (under a launcher that says how many processes)
+    a budget of at least one column."""
+    if cfg.exchange_mb <= 0:
+        return
+    if not algorithm.column_exchange:
+        able = ", ".join(sorted(n for n in registry.names() if registry.get(n).column_exchange))
+        raise ConfigError("exchange_mb", cfg.exchange_mb,
+                          f"{cfg.algorithm.name} reads whole models of other clients (their losses on a client's "
+                          f"data, a server's averages, pairs of models), so its exchange cannot go in column "
+                          f"blocks; set "
+                          f"exchange_mb=0, or use one of: {able}")
+    local, nodes = world_from_env()
+    world, parts = local * nodes, 2 if algorithm.gathers_before else 1
+    if exchange_columns(cfg.exchange_mb, cfg.clients, world, parts) < 1:
+        need = exchange_column_bytes(cfg.clients, world, parts) / 2**20
+        raise ConfigError("exchange_mb", cfg.exchange_mb,
+                          f"a column block of {cfg.clients} clients' models needs {need:.3g} MiB on each of the "
+                          f"{world} processes; raise exchange_mb to at least that, or 0 to gather all at once")

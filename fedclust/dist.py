@@ -178,6 +178,48 @@ def gather_parts(fabric, parts: list[torch.Tensor], n: int) -> list[torch.Tensor
     return [g.contiguous() for g in torch.split(gathered, widths, dim=1)]
 
 
+class ColumnBlocks:
+    """The round's exchange in column blocks (``exchange_mb``): every rank's
+    ``[C, P]`` parts (named: "after", "before") gathered ``columns`` columns
+    at a time, one all-gather per block, so that a rank never holds more
+    than one ``[n, columns]`` block of each part.  Each pass over
+    :meth:`blocks` gathers anew; ``passes`` counts the columns gathered, in
+    units of P, for the bench."""
+
+    def __init__(self, fabric, parts: dict[str, torch.Tensor], n: int, columns: int, collective=None):
+        widths = {p.shape[1] for p in parts.values()}
+        if len(widths) != 1:
+            raise ValueError(f"the parts must share one width, got {sorted(widths)}")
+        self.fabric, self.parts, self.n = fabric, parts, n
+        self.width = widths.pop()
+        self.columns = max(1, int(columns))
+        self.collective = collective or (lambda fn, *args: fn(*args))
+        self.passes = 0.0
+
+    def blocks(self, names: tuple[str, ...] = ("after",)):
+        """Yield ``(start, stop, {name: [n, stop - start]})`` for column
+        blocks in increasing order; each block is one collective on every rank."""
+        for start in range(0, self.width, self.columns):   # column blocks, not clients
+            stop = min(start + self.columns, self.width)
+            cols = [self.parts[k][:, start:stop] for k in names]
+            got = self.collective(gather_parts, self.fabric, cols, self.n)
+            self.passes += len(names) * (stop - start) / max(self.width, 1)
+            yield start, stop, {k: g.contiguous() for k, g in zip(names, got)}
+
+
+def exchange_column_bytes(n: int, world: int, parts: int) -> int:
+    """Bytes one gathered column costs a rank: the received buffer
+    (``world`` padded shards of ``ceil(n / world)`` rows, ``parts`` parts,
+    float32) and at most as much again in the copies that split it into
+    ``[n, c]`` parts."""
+    return 2 * world * -(-n // world) * parts * 4
+
+
+def exchange_columns(budget_mb: float, n: int, world: int, parts: int) -> int:
+    """Columns per block for an exchange of at most ``budget_mb`` MiB on a rank (0: not even one fits)."""
+    return int(budget_mb * 2**20 // exchange_column_bytes(n, world, parts))
+
+
 def available_memory(device: str) -> tuple[int, str]:
     """(bytes free, where) on the device a run would use: the CUDA device's
     free memory, else /proc/meminfo's MemAvailable."""

@@ -28,7 +28,7 @@ from fedclust import checkpoint, rng
 from fedclust.algorithms import registry
 from fedclust.algorithms.base import Algorithm, Context, RoundResult, RoundView
 from fedclust.data import FederatedData, load_federated
-from fedclust.dist import gather_parts, gather_rows, make_fabric, shard_bounds
+from fedclust.dist import ColumnBlocks, exchange_columns, gather_parts, gather_rows, make_fabric, shard_bounds
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.pool import pool_losses
@@ -81,6 +81,7 @@ class Setup:
     algo: Algorithm
     settings: TrainSettings      # the lr of round 1; round t's is derived from it
     stage1_end: int
+    columns: int = 0             # the exchange's column block (config exchange_mb, several processes); 0: whole
 
     def collective(self, t: int, fn, *args):
         """Run a collective; with several ranks, a failure or timeout becomes
@@ -121,9 +122,13 @@ def setup(cfg: Config, fabric) -> Setup:
                   pool_loss=pool_loss)
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)
+    algo = registry.build(cfg)
+    columns = 0
+    if cfg.exchange_mb > 0:   # one process too: the same blocks, so 1 and W processes compute alike
+        columns = exchange_columns(cfg.exchange_mb, n, world, 2 if algo.gathers_before else 1)
     return Setup(cfg=cfg, fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids,
                  data=data, arch=arch, spec=spec, inputs=checkpoint.input_files(cfg), layout=layout, ctx=ctx,
-                 algo=registry.build(cfg), settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds))
+                 algo=algo, settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds), columns=columns)
 
 
 # ----------------------------------------------------------------------------
@@ -260,14 +265,11 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
                              anchor=plan.anchor, mu=plan.mu, counts=counts)
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
-    parts = [flat, train_loss[:, None].to(flat.dtype), flags] + ([before] if algo.gathers_before else [])
-    gathered = s.collective(t, gather_parts, s.fabric, parts, s.n)
-    all_after, all_loss, all_flags = gathered[0], gathered[1][:, 0], gathered[2][:, 0]
+    view, all_loss, all_flags = _exchange(s, t, flat, before, train_loss, flags)
+    del before   # the view holds what the algorithm needs; it drops the models from before when done with them
     bad = (~torch.isfinite(all_loss)).nonzero().flatten().tolist()
     if bad:
         raise DivergenceError(t, bad)
-    view = RoundView(round=t, before=before, after=flat, all_after=all_after,
-                     all_before=gathered[3] if algo.gathers_before else None)
     algo_state, result = algo.aggregate(algo_state, ctx, view)
     state.flat, state.algo_state, state.round = result.models, algo_state, t
     state.traffic.add(result)
@@ -278,6 +280,23 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     raised = int(all_flags.max()) if all_flags.numel() else 0
     return RoundOutcome(result=result, all_loss=all_loss, seconds=time.time() - t0, stop=bool(raised & STOP_BIT),
                         checkpoint_due=bool(raised & DUE_BIT))
+
+
+def _exchange(s: Setup, t: int, flat, before, train_loss, flags):
+    """The round's gather: (view, every client's training loss, every client's flags).  Whole models in one
+    collective, or (``s.columns``) the losses and flags in one and the models in column blocks as the algorithm
+    reads them (:class:`fedclust.dist.ColumnBlocks`)."""
+    small = [train_loss[:, None].to(flat.dtype), flags]
+    if s.columns:
+        got = s.collective(t, gather_parts, s.fabric, small, s.n)
+        parts = {"after": flat} if before is None else {"after": flat, "before": before}
+        blocks = ColumnBlocks(s.fabric, parts, s.n, s.columns, collective=lambda fn, *a: s.collective(t, fn, *a))
+        return (RoundView(round=t, before=before, after=flat, all_after=None, columns=blocks),
+                got[0][:, 0], got[1][:, 0])
+    got = s.collective(t, gather_parts, s.fabric, [flat, *small] + ([] if before is None else [before]), s.n)
+    view = RoundView(round=t, before=before, after=flat, all_after=got[0],
+                     all_before=got[3] if before is not None else None)
+    return view, got[1][:, 0], got[2][:, 0]
 
 
 def _stage1_arrays(s: Setup, state: LoopState) -> dict:

@@ -134,6 +134,10 @@ class Config:
     engine: str = option("auto", "how a model trains all clients: batched (torch.func.vmap; the built-ins' "
                                  "hand-written paths), loop (one client after another), auto (batched, except "
                                  "convolutions on a CPU or a model vmap cannot batch)")
+    exchange_mb: float = option(0.0, "the most MiB a process spends receiving the round's models, "
+                                     "gathered in column blocks (0: all at once, the fastest; "
+                                     "peer algorithms that read no whole peer model: random, fixtopology, oracle, "
+                                     "local, panm_grad)")
     clients: int = option(100, "number of clients n, at least 2")
     rounds: int = option(300, "total rounds (stage one + stage two)")
     stage1_rounds: int = option(100, "rounds of stage one, T1 (PANM, PENS: 1 <= T1 <= rounds)")
@@ -491,6 +495,9 @@ def validate_core(cfg: Config) -> None:
     if ":" not in cfg.model:   # FILE.py:NAME / package.module:NAME are checked by building them (fedclust.config)
         one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})   # cnn's input size: fedclust.config.validate
     one_of("engine", cfg.engine, set(ENGINES))
+    if not (math.isfinite(cfg.exchange_mb) and cfg.exchange_mb >= 0):
+        raise ConfigError("exchange_mb", cfg.exchange_mb, "must be a finite number of MiB >= 0 (0: gather the "
+                          "round's models all at once)")
     one_of("device", cfg.device, {"auto", "cpu", "cuda"})
     t = cfg.train
     finite("train.lr", t.lr, "must be a finite number > 0 (the default: 0.08)")

@@ -143,6 +143,7 @@ OUT_OF_RANGE = {
     "participation": ("0", []),
     "model": ("resnet", []),
     "engine": ("vmap", []),
+    "exchange_mb": ("-1", []),
     "clients": ("1", []),
     "rounds": ("0", []),
     "stage1_rounds": ("-1", []),

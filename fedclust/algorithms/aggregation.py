@@ -56,17 +56,37 @@ def neighbor_indices(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return idx, valid
 
 
-def sparse_gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: torch.Tensor) -> torch.Tensor:
-    """:func:`gossip` by index: the mean of a client's own row and its
-    neighbours' rows (own first, then neighbours by increasing index), one
-    ``embedding_bag`` pass over just those rows; no [C, n] float matrix."""
+def gossip_bags(neighbors: torch.Tensor, self_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bags, offsets) of :func:`sparse_gossip`: each client's own row, then
+    its neighbours' by increasing index, as one flat ``embedding_bag`` input."""
     own_rows = self_mask.nonzero(as_tuple=True)[1]
     idx, valid = neighbor_indices(neighbors & ~self_mask)
     bags = torch.cat([own_rows[:, None], idx], dim=1)[torch.cat([torch.ones_like(valid[:, :1]), valid], dim=1)]
     offsets = (valid.sum(1) + 1).cumsum(0) - (valid.sum(1) + 1)
+    return bags, offsets
+
+
+def sparse_gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: torch.Tensor) -> torch.Tensor:
+    """:func:`gossip` by index: the mean of a client's own row and its
+    neighbours' rows (own first, then neighbours by increasing index), one
+    ``embedding_bag`` pass over just those rows; no [C, n] float matrix."""
+    bags, offsets = gossip_bags(neighbors, self_mask)
     return torch.nn.functional.embedding_bag(bags, all_models, offsets, mode="mean")
 
 
+def gossip_columns(neighbors: torch.Tensor, self_mask: torch.Tensor, exchange) -> torch.Tensor:
+    """:func:`sparse_gossip` over an exchange in column blocks
+    (:class:`fedclust.dist.ColumnBlocks`): each block of the output is the
+    same mean of the same rows, column for column, so the result equals
+    :func:`sparse_gossip` of the whole models bit for bit."""
+    bags, offsets = gossip_bags(neighbors, self_mask)
+    out = None
+    for start, stop, cols in exchange.blocks(("after",)):   # column blocks: one gather each
+        part = torch.nn.functional.embedding_bag(bags, cols["after"], offsets, mode="mean")
+        if out is None:
+            out = part.new_empty(part.shape[0], exchange.width)
+        out[:, start:stop] = part
+    return out
 
 
 def check_weights(weights: torch.Tensor, count: int, name: str = "weights") -> torch.Tensor:

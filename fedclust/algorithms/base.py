@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
-from fedclust.algorithms.aggregation import gossip, own
+from fedclust.algorithms.aggregation import gossip, gossip_columns, own
 from fedclust.errors import ConfigError
 
 
@@ -69,6 +69,9 @@ class RoundView:
     after: torch.Tensor                 # [C, P] after local training
     all_after: torch.Tensor             # [n, P] every client's model after local training
     all_before: torch.Tensor | None = None  # [n, P], only if the algorithm sets gathers_before
+    # The exchange in column blocks (config exchange_mb, several processes): all_after and all_before are None
+    # and the algorithm reads the gathered models a block at a time (fedclust.dist.ColumnBlocks).
+    columns: Any = None
 
 
 @dataclass
@@ -159,6 +162,9 @@ class Algorithm:
       of them, so it needs ``l >= k``.
     - ``gathers_before``: the round's gather also carries the models before
       local training (``view.all_before``).
+    - ``column_exchange``: its :meth:`aggregate` can read the gathered models
+      in column blocks (``view.columns``, config ``exchange_mb``), never
+      needing a whole model of another client.
     - ``topology``: "peer" (clients average with peers) or "server".
     - ``stage_one_figures``: stage-one similarity and precision figures apply.
     - ``paper_results``: ``{(data, cluster kind or None, clusters): (mean, std)}``
@@ -178,6 +184,7 @@ class Algorithm:
     needs_stages: ClassVar[bool] = False
     keeps_k_of_l: ClassVar[bool] = False
     gathers_before: bool = False
+    column_exchange: ClassVar[bool] = False
     topology: ClassVar[str] = "server"
     stage_one_figures: ClassVar[bool] = False
     paper_results: ClassVar[dict] = {}
@@ -255,6 +262,7 @@ class PeerAlgorithm(Algorithm):
     similarity it computes (:meth:`contacted`)."""
 
     topology: ClassVar[str] = "peer"
+    column_exchange = True   # the gossip average is column by column; a select reading whole models sets False
 
     def select(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, torch.Tensor]:
         """New state and the bool [C, n] mask of whom each client averages with this round."""
@@ -271,13 +279,15 @@ class PeerAlgorithm(Algorithm):
 
     def aggregate(self, state: Any, ctx: Context, view: RoundView):
         state, averaged = self.select(state, ctx, view)
+        view.before = view.all_before = None   # the gossip needs only the new models: one [n, P] less at its peak
         contacted = averaged
         extra = self.contacted(state, view.round)
         if extra is not None:
             contacted = contacted | extra
         contacted = contacted & ~ctx.self_mask
         return state, RoundResult(
-            models=gossip(averaged, ctx.self_mask, view.all_after),
+            models=(gossip(averaged, ctx.self_mask, view.all_after) if view.columns is None
+                    else gossip_columns(averaged, ctx.self_mask, view.columns)),
             lists=self.neighbor_list(state, averaged),
             averaged=averaged,
             received=contacted.sum(1),

@@ -141,6 +141,7 @@ class PANMLoss(PANM):
     """PANMLoss: PANM with the loss similarity (PANM paper Eq. 3)."""
 
     metric = "loss"
+    column_exchange = False   # it ranks peers by the loss of their whole models on its own data
     name = "panm_loss"
     report_position = 5
     paper_results = {("fmnist", "rotation", 2): (87.33, 0.17)}

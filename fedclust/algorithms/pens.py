@@ -109,6 +109,7 @@ class PENS(PeerAlgorithm):
     stage1_rounds: int     # T1
     pens: PensConfig = field(default_factory=PensConfig)
 
+    column_exchange = False   # it ranks peers by the loss of their whole models on its own data
     name = "pens"
     report_position = 4
     needs_k = needs_l = needs_stages = keeps_k_of_l = True

@@ -92,37 +92,53 @@ def grad_similarity_pool(
     :data:`POOL_BLOCK` parameters so that a row's sums do not depend on how
     many rows a rank holds.  Rows where ``full_rows`` [C] is True are
     computed against all n clients (client 0's row, kept for its figure)."""
-    n, P = all_after.shape
+    whole = [(0, all_after.shape[1], {"after": all_after, "before": all_before})]
+    return grad_similarity_blocks(whole, all_after.shape[0], w0, alpha, pool, own, full_rows)
+
+
+def grad_similarity_blocks(blocks, n: int, w0: torch.Tensor, alpha: float, pool: torch.Tensor,
+                           own: slice = slice(None), full_rows: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`grad_similarity_pool` from the models in column blocks:
+    ``blocks`` yields ``(start, stop, {"after": [n, stop - start], "before":
+    ...})`` in increasing order (one pass of
+    :class:`fedclust.dist.ColumnBlocks`, or the whole models as one block).
+    The sums go in :data:`POOL_BLOCK` pieces cut at fixed parameter
+    positions (multiples of POOL_BLOCK, and the blocks' edges), so blocks
+    whose widths are multiples of POOL_BLOCK give the whole models' result
+    bit for bit."""
+    device = w0.device
     C = pool.shape[0]
-    own_idx = torch.arange(n, device=all_after.device)[own]
+    own_idx = torch.arange(n, device=device)[own]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)   # "sparse CSR support is in beta": the product is tested
-        pattern = pool.to(device=all_after.device, dtype=all_after.dtype).to_sparse_csr()
+        pattern = pool.to(device=device, dtype=w0.dtype).to_sparse_csr()
     crow, cols = pattern.crow_indices(), pattern.col_indices()
     rows = torch.repeat_interleave(torch.arange(C, device=crow.device), crow[1:] - crow[:-1])
     full = (full_rows.nonzero(as_tuple=True)[0] if full_rows is not None else
-            torch.zeros(0, dtype=torch.long)).to(all_after.device)
-    dot_u = all_after.new_zeros(len(cols))
-    dot_w = all_after.new_zeros(len(cols))
-    full_u = all_after.new_zeros(len(full), n)
-    full_w = all_after.new_zeros(len(full), n)
-    sq_u = all_after.new_zeros(n)
-    sq_w = all_after.new_zeros(n)
-    for s in range(0, P, POOL_BLOCK):   # parameter blocks, not clients
-        u = all_after[:, s:s + POOL_BLOCK] - all_before[:, s:s + POOL_BLOCK]
-        w = all_after[:, s:s + POOL_BLOCK] - w0[s:s + POOL_BLOCK]
-        if len(cols):
-            dot_u += torch.sparse.sampled_addmm(pattern, u[own_idx], u.T, beta=0.0).values()
-            dot_w += torch.sparse.sampled_addmm(pattern, w[own_idx], w.T, beta=0.0).values()
-        if len(full):
-            full_u.addmm_(u[own_idx[full]], u.T)
-            full_w.addmm_(w[own_idx[full]], w.T)
-        sq_u += (u * u).sum(1)
-        sq_w += (w * w).sum(1)
+            torch.zeros(0, dtype=torch.long)).to(device)
+    dot_u, dot_w = w0.new_zeros(len(cols)), w0.new_zeros(len(cols))
+    full_u, full_w = w0.new_zeros(len(full), n), w0.new_zeros(len(full), n)
+    sq_u, sq_w = w0.new_zeros(n), w0.new_zeros(n)
+    for start, stop, got in blocks:   # column blocks of the exchange
+        after, before = got["after"], got["before"]
+        s = start
+        while s < stop:   # pieces of the block, cut at multiples of POOL_BLOCK
+            e = min(stop, (s // POOL_BLOCK + 1) * POOL_BLOCK)
+            u = after[:, s - start:e - start] - before[:, s - start:e - start]
+            w = after[:, s - start:e - start] - w0[s:e]
+            if len(cols):
+                dot_u += torch.sparse.sampled_addmm(pattern, u[own_idx], u.T, beta=0.0).values()
+                dot_w += torch.sparse.sampled_addmm(pattern, w[own_idx], w.T, beta=0.0).values()
+            if len(full):
+                full_u.addmm_(u[own_idx[full]], u.T)
+                full_w.addmm_(w[own_idx[full]], w.T)
+            sq_u += (u * u).sum(1)
+            sq_w += (w * w).sum(1)
+            s = e
     nu, nw = sq_u.sqrt().clamp_min(EPS), sq_w.sqrt().clamp_min(EPS)
     me = own_idx[rows]
     cos = (dot_u / (nu[me] * nu[cols])).mul_(alpha).add_(dot_w / (nw[me] * nw[cols]), alpha=1.0 - alpha)
-    out = all_after.new_full((C, n), math.nan)
+    out = w0.new_full((C, n), math.nan)
     out[rows, cols] = cos
     if len(full):
         own_full = own_idx[full]
@@ -211,9 +227,12 @@ def similarity_for(metric: str, alpha: float, ctx, view, pool: torch.Tensor) -> 
             raise ValueError("loss similarity needs ctx.pool_loss or ctx.pair_loss (the engine's loss of peer "
                              "models on own data)")
         return loss_similarity(ctx.pair_loss, view.all_after, pool, pool_loss=ctx.pool_loss)
-    if view.all_before is None:
+    if view.all_before is None and view.columns is None:
         raise ValueError("grad similarity needs view.all_before: the algorithm must set gathers_before=True")
     w0 = ctx.w0.to(view.after.device)
+    if view.columns is not None:   # the exchange in column blocks: the pool path, a block at a time
+        return grad_similarity_blocks(view.columns.blocks(("after", "before")), ctx.n, w0, alpha, pool,
+                                      own=ctx.own_rows, full_rows=ctx.client_ids == 0)
     if ctx.n < POOL_SIMILARITY_MIN_CLIENTS:   # one dense product: faster for few clients, the published runs'
         return grad_similarity(view.all_after, view.all_before, w0, alpha, own=ctx.own_rows)
     return grad_similarity_pool(view.all_after, view.all_before, w0, alpha, pool, own=ctx.own_rows,
