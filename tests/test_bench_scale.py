@@ -69,8 +69,24 @@ def test_law_by_hand():
     assert bench_scale.law(cfg, 1)["gather_bytes"] == 0
     panm = load_config("configs/fmnist_rotation2.yaml", ["clients=1000", "data.share_images=true"])
     assert bench_scale.law(panm, 2)["columns"] == 2 * mlp + 2
-    # ... and keeps its models from before training: a third [C, P] copy
-    assert bench_scale.law(panm, 1)["memory_bytes"] == 1000 * d + 3 * 1000 * mlp * 4 + 1000 * 1000 * 10
+    # ... whose copy from before training is dropped before the gossip makes the new models: two [C, P] at most
+    assert bench_scale.law(panm, 1)["memory_bytes"] == 1000 * d + 2 * 1000 * mlp * 4 + 1000 * 1000 * 10
+
+
+def test_law_with_the_exchange_in_column_blocks():
+    """exchange_mb: one block held (columns x the bytes of a column, within the budget); PANMGrad gathers
+    after + before for its similarity and after again for the gossip (3P + 2 columns)."""
+    mlp = 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
+    d = (200 + 100) * (784 * 1 + 8)
+    panm = load_config("configs/fmnist_rotation2.yaml", ["clients=1000", "data.share_images=true", "exchange_mb=64"])
+    lw = bench_scale.law(panm, 2)
+    columns = 64 * 2**20 // (2 * 2 * 500 * 2 * 4)      # received shards of 500 rows, 2 parts, and their copies
+    assert lw["columns"] == 3 * mlp + 2 and lw["gather_bytes"] == 1000 * (3 * mlp + 2) * 4
+    assert lw["exchange_bytes"] == columns * 2 * 2 * 500 * 2 * 4 <= 64 * 2**20
+    assert lw["memory_bytes"] == 500 * d + 2 * 500 * mlp * 4 + 500 * 1000 * 10 + lw["exchange_bytes"]
+    rnd = load_config("configs/fmnist_rotation2.yaml", ["clients=1000", "data.share_images=true", "exchange_mb=64",
+                                                        "algorithm.name=random"])
+    assert bench_scale.law(rnd, 2)["gather_bytes"] == 1000 * (mlp + 2) * 4
 
 
 def test_predict_runs_nothing(capsys):

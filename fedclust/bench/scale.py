@@ -24,15 +24,20 @@ The growth law printed beside the measurements (``--predict`` prints it
 alone, without running), with C = ceil(n / W) clients per process, P
 parameters, W_g = P (+ P if the algorithm gathers the models before
 training) + 2 gathered columns (training loss, stop/checkpoint flags) and d
-the bytes of one client's data ((train + test) x (pixels x 4 + 8)):
+the bytes of one client's data ((train + test) x (pixels x bytes + 8)):
 
     gather bytes per rank per round = W x C x W_g x 4            (= n x W_g x 4 when W divides n)
     peak RSS per process ~ RSS before setup (base images read) + C x d + 2 x C x P x 4
                            + C x n x 10 + (W > 1) x 2 x n x W_g x 4
 
-(own models and the aggregated ones; the [C, n] mixing matrix (float32),
-stage-one counts (int32) and two masks (bool); the gathered buffer and its
-concatenated copy, which exist together in :func:`fedclust.dist.gather_rows`).
+(own models, and either the models from before training or the aggregated
+ones: the first are dropped before the second are made; the [C, n] masks
+and stage-one counts; the gathered buffer and the copies that split it,
+which exist together in :func:`fedclust.dist.gather_parts`).  With
+``exchange_mb`` (column blocks) the last term is one block,
+``columns x`` :func:`fedclust.dist.exchange_column_bytes` (at most the
+budget), and the gathered columns are P + 2 (3P + 2 for PANMGrad, which
+reads after and before for its similarity, then after again for the gossip).
 On a GPU the same terms but the base are device memory (compare with the
 peak CUDA column).  MB = 2**20 bytes throughout.
 """
@@ -54,7 +59,8 @@ from fedclust import runner
 from fedclust.algorithms import registry
 from fedclust.config import load_config
 from fedclust.data import dataset
-from fedclust.dist import gather_rows, import_fabric, make_fabric, measure_gathers, world_from_env
+from fedclust.dist import (exchange_column_bytes, exchange_columns, gather_rows, import_fabric, make_fabric,
+                           measure_gathers, world_from_env)
 from fedclust.models import model_spec, parameter_count
 
 MB = 2**20
@@ -114,14 +120,22 @@ def input_bytes(cfg) -> int:
 def law(cfg, world: int, base: float = 0.0) -> dict:
     """The growth law's gather bytes per rank per round and peak RSS bytes of one process (see the module doc)."""
     n, P = cfg.clients, parameter_count(cfg)
-    before = registry.build(cfg).gathers_before      # it keeps a copy of its models from before training too
+    before = registry.build(cfg).gathers_before      # it gathers its models from before training too
     width = P * (2 if before else 1) + EXTRA_COLUMNS
     C = math.ceil(n / world)
     _, shape, _ = model_spec(cfg)
     d = (cfg.data.train_size + cfg.data.test_size) * (math.prod(shape) * input_bytes(cfg) + 8)
-    gather = world * C * width * 4 if world > 1 else 0
-    memory = base + C * d + (3 if before else 2) * C * P * 4 + C * n * 10 + (2 * world * C * width * 4 if world > 1 else 0)
-    return {"params": P, "columns": width, "data_bytes_per_client": d, "gather_bytes": gather, "memory_bytes": memory}
+    if cfg.exchange_mb > 0:   # column blocks: PANMGrad reads after and before for its similarity, then after again
+        parts = 2 if before else 1
+        columns = min(exchange_columns(cfg.exchange_mb, n, world, parts), P)
+        gathered = P * (3 if before else 1) + EXTRA_COLUMNS
+        held = columns * exchange_column_bytes(n, world, parts)
+    else:
+        gathered, held = width, (2 * world * C * width * 4 if world > 1 else 0)
+    gather = world * C * gathered * 4 if world > 1 else 0
+    memory = base + C * d + 2 * C * P * 4 + C * n * 10 + held
+    return {"params": P, "columns": gathered, "data_bytes_per_client": d, "gather_bytes": gather,
+            "exchange_bytes": held, "memory_bytes": memory}
 
 
 def load_base_data(cfg) -> None:
