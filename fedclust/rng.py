@@ -105,6 +105,9 @@ def batch_orders(seed: int, round_: int, clients: torch.Tensor, epochs: int, n: 
     return torch.stack(out)
 
 
+CHOOSE_CHUNK_ELEMENTS = 2**22   # keys drawn at once by choose_from_mask (32 MB of float64)
+
+
 def choose_from_mask(
     seed: int, round_: int, stream: str, clients: torch.Tensor, allowed: torch.Tensor, k: int
 ) -> torch.Tensor:
@@ -112,15 +115,21 @@ def choose_from_mask(
 
     ``allowed`` is a bool [C, n] mask; returns a bool [C, n] mask with
     min(k, allowed.sum(1)) True entries per row.  Each row depends only on
-    (seed, round, stream, clients[c]) and that row of ``allowed``.
+    (seed, round, stream, clients[c]) and that row of ``allowed``: the k
+    allowed items of lowest key.  Rows go in chunks, so that the float64
+    keys never take more than :data:`CHOOSE_CHUNK_ELEMENTS` at once.
     """
     C, n = allowed.shape
-    keys = client_keys(seed, round_, stream, clients.to(allowed.device), n)
-    keys = torch.where(allowed, keys, torch.full_like(keys, 2.0))  # disallowed sort last
-    kk = min(k, n)
     out = torch.zeros_like(allowed)
+    kk = min(k, n)
     if kk == 0:
         return out
-    top = torch.topk(keys, kk, dim=1, largest=False).indices
-    out.scatter_(1, top, True)
+    clients = clients.to(allowed.device)
+    step = max(1, CHOOSE_CHUNK_ELEMENTS // max(n, 1))
+    for lo in range(0, C, step):   # chunks of rows: bounded memory, each row drawn alone
+        ok = allowed[lo:lo + step]
+        keys = client_keys(seed, round_, stream, clients[lo:lo + step], n)
+        keys = torch.where(ok, keys, torch.full_like(keys, 2.0))  # disallowed sort last
+        top = torch.topk(keys, kk, dim=1, largest=False).indices
+        out[lo:lo + step].scatter_(1, top, True)
     return out & allowed

@@ -38,6 +38,19 @@ def test_top_k_in_mask_equals_plain_sort_with_ties():
             assert set(torch.nonzero(got[r]).flatten().tolist()) == want
 
 
+def test_choose_from_mask_in_row_chunks_equals_one_draw(monkeypatch):
+    """Chunks of rows bound the keys' memory; every row is still the k allowed items of lowest key."""
+    ids = torch.arange(40, 90)
+    allowed = torch.rand(50, 70, generator=torch.Generator().manual_seed(2)) < 0.3
+    whole = rng.choose_from_mask(4, 3, "candidates", ids, allowed, 5)
+    monkeypatch.setattr(rng, "CHOOSE_CHUNK_ELEMENTS", 3 * 70)   # 3 rows a chunk
+    assert torch.equal(rng.choose_from_mask(4, 3, "candidates", ids, allowed, 5), whole)
+    keys = rng.client_keys(4, 3, "candidates", ids, 70)
+    for r in range(50):
+        cols = sorted(torch.nonzero(allowed[r]).flatten().tolist(), key=lambda j: float(keys[r, j]))[:5]
+        assert set(torch.nonzero(whole[r]).flatten().tolist()) == set(cols)
+
+
 def test_top_k_in_mask_prefers_allowed_minus_inf_over_disallowed():
     sim = torch.tensor([[5.0, -math.inf, 9.0, math.nan]])
     allowed = torch.tensor([[False, True, False, True]])

@@ -13,24 +13,30 @@ from __future__ import annotations
 import torch
 
 from fedclust import rng
+from fedclust.algorithms.aggregation import neighbor_indices
 
 
 def top_k_in_mask(similarity: torch.Tensor, allowed: torch.Tensor, k: int) -> torch.Tensor:
     """Bool ``[C, n]``: per row the k allowed entries of highest similarity
     (all allowed entries if fewer).  Ties go to the lower column index; NaN
-    counts as lowest.  Each row depends on that row alone."""
+    counts as lowest.  Each row depends on that row alone.  Only the allowed
+    entries are sorted (a stable sort of each row's m allowed values, taken
+    in column order), not all n."""
     C, n = allowed.shape
-    kk = min(k, n)
     out = torch.zeros_like(allowed)
-    if kk <= 0:
+    if min(k, n) <= 0 or C == 0:
         return out
-    sim = torch.nan_to_num(similarity.to(torch.float64), nan=float("-inf"))
-    # stable sorts: by similarity (descending), then allowed entries first
+    idx, valid = neighbor_indices(allowed)                   # [C, m], columns ascending
+    sim = torch.nan_to_num(similarity.gather(1, idx).to(torch.float64), nan=float("-inf"))
+    sim = sim.masked_fill(~valid, float("-inf"))
+    # stable sorts: by similarity (descending), then real entries before padding
     order = torch.sort(sim, dim=1, descending=True, stable=True).indices
-    first = torch.sort(allowed.gather(1, order).to(torch.int8), dim=1, descending=True, stable=True).indices
-    top = order.gather(1, first[:, :kk])
-    out.scatter_(1, top, True)
-    return out & allowed
+    first = torch.sort(valid.gather(1, order).to(torch.int8), dim=1, descending=True, stable=True).indices
+    pick = order.gather(1, first[:, :min(k, idx.shape[1])])
+    real = valid.gather(1, pick)                              # padding is picked only by rows with < k entries
+    rows = torch.arange(C, device=allowed.device)[:, None].expand_as(pick)
+    out[rows[real], idx.gather(1, pick)[real]] = True
+    return out
 
 
 def draw_candidates(seed: int, round_: int, client_ids: torch.Tensor, self_mask: torch.Tensor, l: int,

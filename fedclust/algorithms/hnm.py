@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from fedclust import rng
+from fedclust.algorithms.aggregation import neighbor_indices
 
 MAX_EM_STEPS = 100
 VAR_FLOOR_REL = 1e-3    # variance floor: this share of the row's overall variance ...
@@ -121,10 +122,9 @@ def hnm_draw(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.
 
 def pack_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Column indices ``[C, m]`` of each row's True entries (first, in index
-    order), m = the largest row count, and the ``[C, m]`` validity mask."""
-    m = int(mask.sum(1).max()) if mask.numel() else 0
-    order = torch.sort(mask.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :m]
-    return order, mask.gather(1, order)
+    order), m = the largest row count, and the ``[C, m]`` validity mask
+    (padding points at column 0: read it only where valid)."""
+    return neighbor_indices(mask)
 
 
 def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor,
@@ -147,7 +147,8 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
                            (sample.gather(1, idx) & valid).to(host), **em_kwargs)
     res_high, res_empty = res.high.to(neighbors.device), res.empty.to(neighbors.device)
     high = torch.zeros_like(neighbors)
-    high.scatter_(1, idx, res_high & valid)
+    keep = res_high & valid
+    high[torch.arange(len(idx), device=idx.device)[:, None].expand_as(idx)[keep], idx[keep]] = True
     high &= pool
     updated = (neighbors & ~sample) | high
     return torch.where(res_empty[:, None], neighbors, updated), res_empty
