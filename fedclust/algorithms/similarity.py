@@ -126,9 +126,9 @@ def grad_similarity_blocks(blocks, n: int, w0: torch.Tensor, alpha: float, pool:
             e = min(stop, (s // POOL_BLOCK + 1) * POOL_BLOCK)
             u = after[:, s - start:e - start] - before[:, s - start:e - start]
             w = after[:, s - start:e - start] - w0[s:e]
-            if len(cols):
-                dot_u += torch.sparse.sampled_addmm(pattern, u[own_idx], u.T, beta=0.0).values()
-                dot_w += torch.sparse.sampled_addmm(pattern, w[own_idx], w.T, beta=0.0).values()
+            if len(cols):   # own rows as a view of the contiguous shard, not an indexed copy
+                dot_u += torch.sparse.sampled_addmm(pattern, u[own], u.T, beta=0.0).values()
+                dot_w += torch.sparse.sampled_addmm(pattern, w[own], w.T, beta=0.0).values()
             if len(full):
                 full_u.addmm_(u[own_idx[full]], u.T)
                 full_w.addmm_(w[own_idx[full]], w.T)
