@@ -178,11 +178,17 @@ def test_cluster_models_by_hand():
 
 
 def test_pairwise_state_bytes():
-    assert fpfc.pairwise_state_bytes(3, 10) == 2 * 3 * 10 * 4
-    assert fpfc.pairwise_state_bytes(100, 199_210) == 100 * 99 * 199_210 * 4
+    """The compact layout's bytes, by hand: θ for the largest shard's rows (K = (n-1)//2 pairs a client) and
+    the n/2 diametric pairs, plus c and ||θ|| (float64) for every pair."""
+    assert fpfc.pairwise_state_bytes(3, 10) == 3 * 1 * 10 * 4 + 16 * 3                # K = 1, no diametric pair
+    assert fpfc.pairwise_state_bytes(4, 10) == (4 * 1 + 2) * 10 * 4 + 16 * 6          # K = 1, D = 2
+    assert fpfc.pairwise_state_bytes(4, 10, world=3) == (2 * 1 + 2) * 10 * 4 + 16 * 6
     assert fpfc.pairwise_state_bytes(1, 10) == 0
-    theta, v = fpfc.init_pair_state(7, 5)
-    assert theta.numel() * 4 + v.numel() * 4 == fpfc.pairwise_state_bytes(7, 5)
+    E, P = 100 * 99 // 2, 199_210
+    literal = 2 * E * P * 4                                                       # θ and v [E, P], float32
+    assert literal == 7_888_716_000
+    assert fpfc.pairwise_state_bytes(100, P) == E * P * 4 + 16 * E == 3_944_437_200   # half, plus 79 kB
+    assert fpfc.pairwise_state_bytes(100, P, world=2) == (50 * 49 + 50) * P * 4 + 16 * E == 1_992_179_200
 
 
 @pytest.mark.parametrize("kw,field", [(dict(lam=0.0), "fpfc.lam"), (dict(a=1.0), "fpfc.a"),

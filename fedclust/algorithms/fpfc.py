@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from fedclust.algorithms.aggregation import cluster_average, own, participants
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result, client_rows
@@ -113,14 +114,23 @@ def theta_shrink(r: torch.Tensor, lam: float, a: float, xi: float, rho: float) -
                     torch.where(r <= a * lam, (c * r - a * lam) / (c - 1), r)))
 
 
+def shrink_factor(delta: torch.Tensor, lam: float, a: float, xi: float, rho: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(t, s)`` row-wise for ``delta [E, P]``: ``s = theta_shrink(‖δ‖)``, the
+    norm of the θ-step's solution, and ``t = s/‖δ‖`` (0 for δ = 0), so that
+    ``θ = t·δ`` (:func:`theta_update`).  ``t > 0`` whenever ``δ ≠ 0``: every
+    piece of :func:`theta_shrink` is positive for ``r > 0``."""
+    r = delta.norm(dim=-1)
+    s = theta_shrink(r, lam, a, xi, rho)
+    t = torch.where(r > 0, s / r.clamp_min(torch.finfo(delta.dtype).tiny), torch.zeros_like(r))
+    return t, s
+
+
 def theta_update(delta: torch.Tensor, lam: float, a: float, xi: float, rho: float) -> torch.Tensor:
     """Closed-form θ-step of FPFC paper Algorithm 1, step 5:
     ``argmin_θ P̃_a(‖θ‖, λ) + ρ/2 ‖δ − θ‖²`` row-wise → ``[E, P]`` for
     ``delta [E, P]`` (``θ = theta_shrink(‖δ‖)·δ/‖δ‖``; 0 for δ = 0)."""
-    r = delta.norm(dim=-1)
-    s = theta_shrink(r, lam, a, xi, rho)
-    scale = torch.where(r > 0, s / r.clamp_min(torch.finfo(delta.dtype).tiny), torch.zeros_like(r))
-    return delta * scale[..., None]
+    t, _ = shrink_factor(delta, lam, a, xi, rho)
+    return delta * t[..., None]
 
 
 def pair_update(
@@ -146,10 +156,16 @@ def pair_index(n: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor
     return ij[0], ij[1]
 
 
-def pairwise_state_bytes(n: int, P: int, dtype_bytes: int = 4) -> int:
-    """Bytes of FPFC's persistent pairwise state, θ and v ``[E, P]`` each:
-    ``2·E·P·dtype_bytes = n(n − 1)·P·dtype_bytes`` (chunk buffers not included)."""
-    return 2 * n_pairs(int(n)) * int(P) * int(dtype_bytes)
+def pairwise_state_bytes(n: int, P: int, world: int = 1, dtype_bytes: int = 4) -> int:
+    """Bytes of FPFC's persistent pairwise state on the rank that keeps the
+    most, in the compact layout a run keeps (:func:`shard_sweep_`): θ for its
+    ``⌈n/world⌉`` clients' rows of K pairs and for the D diametric pairs,
+    ``(⌈n/world⌉·K + D)·P·dtype_bytes``, plus two float64 scalars per pair (c
+    and ‖θ‖, on every rank), ``16·E``.  One process: ``E·P·dtype_bytes + 16·E``,
+    half of Algorithm 1's literal θ and v (``2·E·P·dtype_bytes``)."""
+    n, world = int(n), max(1, int(world))
+    rows = -(-n // world) * row_slots(n)
+    return (rows + diametric_pairs(n)) * int(P) * int(dtype_bytes) + 16 * n_pairs(n)
 
 
 def init_pair_state(n: int, P: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
@@ -264,16 +280,332 @@ def cluster_models(omega: torch.Tensor, labels: torch.Tensor, weights: torch.Ten
 
 
 # ----------------------------------------------------------------------------
+# Compact, sharded pair state (what a run keeps)
+#
+# After a step v is a multiple of θ.  With δ = ω_i − ω_j + v/ρ and θ' = t·δ
+# (t = s/‖δ‖, :func:`shrink_factor`), the dual step is v' = v + ρ(ω_i − ω_j − θ')
+# = ρ(δ − θ') = ρ(1 − t)·δ.  For δ ≠ 0, t > 0, so v' = c'·θ' with
+# c' = ρ(1 − t)/t; for δ = 0, θ' = v' = 0, and v' = c'·θ' holds for any c'
+# (c' = 0 is kept).  θ^0 = v^0 = 0 is the same form.  So a run keeps θ and one
+# scalar c per pair (v = c·θ): half of θ and v.
+#
+# Pairs are split between clients circulantly: client i keeps its pairs with
+# i + 1, ..., i + K (mod n), K = ⌊(n − 1)/2⌋, as rows [K, P] of a client
+# field, so that a rank keeps only its own clients' rows and checkpoints hand
+# each row to whichever rank holds that client.  For even n the n/2 pairs
+# (i, i + n/2) would fall to both ends; they are kept whole, by every rank.
+#
+# ζ_i sums terms of pairs that live on other ranks.  Every term is rounded to a
+# grid (a power of two per client, set from bounds every rank computes alike)
+# fine and narrow enough that every sum of terms is exact in float64: then the
+# one all-reduce of the partial sums gives the same bits in any order, on any
+# number of ranks (:func:`zeta_units`).
+
+
+def row_slots(n: int) -> int:
+    """K = ⌊(n − 1)/2⌋ pairs each client keeps as rows: client i's pairs with
+    i + 1, ..., i + K (mod n), so every client keeps the same number and a
+    shard of clients a near-equal share of the pairs."""
+    return (int(n) - 1) // 2
+
+
+def diametric_pairs(n: int) -> int:
+    """D = n/2 for even n, else 0: the pairs (i, i + n/2), i < n/2, that a
+    circulant split of K slots per client leaves over (``E − n·K``); every
+    rank keeps them whole (they are n/2 rows, half of ω's size)."""
+    return n_pairs(int(n)) - int(n) * row_slots(n)
+
+
+def slot_pairs(n: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(owner [E], partner [E])`` of every pair in the compact layout: first
+    the rows (client i's slot d = 1..K: partner (i + d) mod n), client-major,
+    then the D diametric pairs (i, i + n/2).  Slot e keeps
+    ``θ_{owner, partner} = −θ_{partner, owner}``."""
+    K, D = row_slots(n), diametric_pairs(n)
+    owner = torch.arange(n, device=device).repeat_interleave(K)
+    partner = (owner + torch.arange(1, K + 1, device=device).repeat(n)) % n
+    half = torch.arange(D, device=device)
+    return torch.cat([owner, half]), torch.cat([partner, half + D])
+
+
+def slot_literal_index(n: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(index [E], sign [E])``: slot e of :func:`slot_pairs` is pair
+    ``index[e]`` of :func:`pair_index`'s order (i < j), with θ and v times
+    ``sign[e]`` (−1 where the owner is the larger client)."""
+    owner, partner = slot_pairs(n, device)
+    lo, hi = torch.minimum(owner, partner), torch.maximum(owner, partner)
+    index = lo * n - lo * (lo + 1) // 2 + (hi - lo - 1)
+    return index, torch.where(owner < partner, 1.0, -1.0).to(device)
+
+
+def compact_pair_update(
+    omega_i: torch.Tensor, omega_j: torch.Tensor, theta: torch.Tensor, ratio: torch.Tensor,
+    lam: float, a: float, xi: float, rho: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`pair_update` in the compact form ``v = c·θ``: ``omega_i``,
+    ``omega_j``, ``theta [m, P]`` and ``ratio`` c ``[m]`` (float64) →
+    ``(θ' [m, P], c' [m], ‖θ'‖ [m])``, with ``δ = ω_i − ω_j + (c/ρ)·θ``,
+    ``θ' = t·δ``, ``c' = ρ(1 − t)/t`` (0 where t = 0, i.e. δ = 0) and
+    ``‖θ'‖ = s`` (:func:`shrink_factor`).  One operation per kernel, no fused
+    multiply-add, so that the bits depend on the values, not on how many
+    pairs a chunk holds."""
+    delta = omega_i - omega_j
+    delta += (ratio / rho).to(theta.dtype)[:, None] * theta
+    t, s = shrink_factor(delta, lam, a, xi, rho)
+    delta *= t[:, None]
+    t64 = t.to(torch.float64)
+    ratio_new = torch.where(t64 > 0, rho * (1 - t64) / t64.clamp_min(torch.finfo(torch.float64).tiny),
+                            torch.zeros_like(t64))
+    return delta, ratio_new, s.to(torch.float64)
+
+
+def pair_bounds(omega: torch.Tensor, mean: torch.Tensor, ratio: torch.Tensor, norms: torch.Tensor,
+                updated: torch.Tensor, owner: torch.Tensor, partner: torch.Tensor, rho: float) -> torch.Tensor:
+    """Float64 ``[E]``: a bound on every coordinate of each pair's ζ term
+    ``u = θ − v/ρ = (1 − c/ρ)·θ`` after this round's step, from what every
+    rank holds (ω, and c and ‖θ‖ of every pair), so that all ranks compute it
+    alike and before any pair is updated.
+
+    An updated pair's ``u' = (2t − 1)·δ`` with ``t ∈ (0, 1]``, so
+    ``|u'_p| ≤ |δ_p| ≤ |ω_ip − ω_jp| + |c|/ρ·‖θ‖ ≤ a_i + a_j + |c|/ρ·‖θ‖`` with
+    ``a_i = max_p |ω_ip − mean_p|``; a pair kept as it is has
+    ``|u_p| ≤ |1 − c/ρ|·‖θ‖``.  Float rounding is left to :func:`zeta_units`'
+    margin."""
+    dev = (omega - mean).abs_().amax(dim=1).to(torch.float64)       # a_i
+    kept = (1 - ratio / rho).abs() * norms
+    moved = dev[owner] + dev[partner] + (ratio / rho).abs() * norms
+    return torch.where(updated, moved, kept)
+
+
+def zeta_units(n: int, bounds: torch.Tensor, owner: torch.Tensor, partner: torch.Tensor) -> torch.Tensor:
+    """Float64 ``[n]``: client k's grid, the power of two
+    ``2^⌈log2(16·n·B_k)⌉ / 2^53`` with ``B_k`` the largest bound
+    (:func:`pair_bounds`) of k's pairs (1 where ``B_k`` is 0 or not finite).
+
+    A term of k's ζ sum, rounded to a multiple of a grid at least k's, is at
+    most twice its size, so the n − 1 terms of k's sum and all their partial
+    sums stay below ``2n·B_k·(1 + margin) < 2^53`` grid steps: float64 holds
+    every one of them exactly, and ζ's sum is the same in any order (the
+    factor 16 leaves 8x for the float rounding of the bounds, of ‖θ‖ and of
+    the terms).  The grid is about ``2^-44·B_k`` for 100 clients, far below
+    float32's resolution of ζ."""
+    top = torch.zeros(n, dtype=torch.float64, device=bounds.device)
+    top = top.scatter_reduce(0, owner, bounds, "amax").scatter_reduce(0, partner, bounds, "amax")
+    _, exponent = torch.frexp(top * (16.0 * n))        # 16·n·B_k < 2^exponent
+    biased = (exponent.to(torch.int64) - 53 + 1023).clamp(64, 2046)
+    unit = (biased << 52).view(torch.float64)          # 2^(exponent − 53), built from its bits: exact
+    return torch.where(torch.isfinite(top) & (top > 0), unit, torch.ones_like(top))
+
+
+def add_zeta_terms_(acc: torch.Tensor, theta: torch.Tensor, coef: torch.Tensor, unit: torch.Tensor,
+                    owner: torch.Tensor, partner: torch.Tensor) -> None:
+    """Add pairs' ζ terms ``u = coef·θ`` (``coef = 1 − c/ρ``, float64 ``[m]``)
+    to ``acc [n, P]`` (float64), ``+u`` to the owner's row and ``−u`` to the
+    partner's, each rounded to a multiple of ``unit [m]`` (a power of two, the
+    coarser of the two ends' :func:`zeta_units`)."""
+    x = theta.to(torch.float64)
+    x *= (coef / unit)[:, None]       # unit is a power of two: coef/unit is exact
+    x.round_()
+    x *= unit[:, None]                # exact
+    acc.index_add_(0, owner, x)
+    acc.index_add_(0, partner, x, alpha=-1)
+
+
+def _sweep_(omega: torch.Tensor, theta: torch.Tensor, ratio: torch.Tensor, norms: torch.Tensor,
+            owner: torch.Tensor, partner: torch.Tensor, updated: torch.Tensor, adds: torch.Tensor,
+            unit: torch.Tensor, acc: torch.Tensor, lam: float, a: float, xi: float, rho: float, step: int) -> None:
+    """One pass over some pairs ``[M]``: the server step for the ``updated``
+    ones (``theta [M, P]``, ``ratio``, ``norms [M]`` in place) and the ζ terms
+    of the pairs in ``adds`` into ``acc``; chunks of ``step`` pairs."""
+    todo = torch.nonzero(updated | adds).flatten()
+    for start in range(0, todo.numel(), step):   # chunks of pairs, not clients
+        e = todo[start:start + step]
+        th, up, keep = theta[e], updated[e], adds[e]
+        if bool(up.all()):
+            th, ratio[e], norms[e] = compact_pair_update(omega[owner[e]], omega[partner[e]], th, ratio[e],
+                                                         lam, a, xi, rho)
+            theta[e] = th
+        elif bool(up.any()):
+            u = e[up]
+            th_new, ratio[u], norms[u] = compact_pair_update(omega[owner[u]], omega[partner[u]], th[up], ratio[u],
+                                                             lam, a, xi, rho)
+            theta[u] = th_new
+            th[up] = th_new
+        if bool(keep.all()):
+            add_zeta_terms_(acc, th, 1 - ratio[e] / rho, unit[e], owner[e], partner[e])
+        elif bool(keep.any()):
+            k = e[keep]
+            add_zeta_terms_(acc, th[keep], 1 - ratio[k] / rho, unit[k], owner[k], partner[k])
+
+
+def shard_sweep_(
+    omega: torch.Tensor, theta_rows: torch.Tensor, theta_diam: torch.Tensor, ratio: torch.Tensor,
+    norms: torch.Tensor, first: int, active: torch.Tensor | None,
+    lam: float, a: float, xi: float, rho: float, chunk_pairs: int | None = None,
+) -> torch.Tensor:
+    """One rank's part of the server step of FPFC paper Algorithm 1 in the
+    compact layout; :func:`sum_over_ranks` of what it returns, then
+    :func:`shard_finish`, complete it.
+
+    ``omega [n, P]``: every client's current ω; ``theta_rows [C, K, P]``: the
+    rows of this rank's clients ``first .. first + C − 1``, updated in place;
+    ``theta_diam [D, P]``, ``ratio`` and ``norms`` (float64 ``[E]``, every
+    pair's c and ‖θ‖ in :func:`slot_pairs`' order, replicated): updated in
+    place for the pairs this rank steps (its rows and the diametric pairs).
+    ``active`` bool ``[n]`` (None: everyone): pairs with at least one active
+    end are stepped.  Returns the float64 buffer ``[n·P + 2·n·K]``: this rank's
+    exact partial ζ sums (its rows' pairs, and the diametric pairs its
+    clients own) and its rows' new c and ‖θ‖ (zeros elsewhere).
+    """
+    check_penalty(lam, a, xi, rho)
+    n, P = omega.shape
+    C, K, D = theta_rows.shape[0], row_slots(n), diametric_pairs(n)
+    E = n_pairs(n)
+    if theta_rows.shape != (C, K, P) or theta_diam.shape != (D, P) or ratio.shape != (E,) or norms.shape != (E,):
+        raise ValueError(f"compact FPFC state must be rows [C, {K}, {P}], diametric [{D}, {P}], ratio and norms "
+                         f"[{E}]; got {tuple(theta_rows.shape)}, {tuple(theta_diam.shape)}, {tuple(ratio.shape)}, "
+                         f"{tuple(norms.shape)}")
+    owner, partner = slot_pairs(n, omega.device)
+    if active is None:
+        active = torch.ones(n, dtype=torch.bool, device=omega.device)
+    elif active.shape != (n,) or active.dtype != torch.bool:
+        raise ValueError(f"active must be a bool [{n}] mask, got {active.dtype} {tuple(active.shape)}")
+    updated = active[owner] | active[partner]
+    mean = omega.mean(dim=0)
+    unit_client = zeta_units(n, pair_bounds(omega, mean, ratio, norms, updated, owner, partner, rho), owner, partner)
+    unit = torch.maximum(unit_client[owner], unit_client[partner])
+    buffer = torch.zeros(n * P + 2 * n * K, dtype=torch.float64, device=omega.device)
+    acc = buffer[:n * P].view(n, P)
+    step = _chunk(P, chunk_pairs)
+    rows = slice(first * K, (first + C) * K)
+    _sweep_(omega, theta_rows.view(C * K, P), ratio[rows], norms[rows], owner[rows], partner[rows], updated[rows],
+            torch.ones(C * K, dtype=torch.bool, device=omega.device), unit[rows], acc, lam, a, xi, rho, step)
+    diam = slice(n * K, E)   # every rank steps them alike; the rank of the owner adds their terms
+    mine = (owner[diam] >= first) & (owner[diam] < first + C)
+    _sweep_(omega, theta_diam, ratio[diam], norms[diam], owner[diam], partner[diam], updated[diam], mine,
+            unit[diam], acc, lam, a, xi, rho, step)
+    stats = buffer[n * P:].view(2, n * K)
+    stats[0, rows], stats[1, rows] = ratio[rows], norms[rows]
+    return buffer
+
+
+def sum_over_ranks(buffer: torch.Tensor) -> torch.Tensor:
+    """Every rank's ``buffer`` summed, in place (one all-reduce) when a
+    process group of several ranks runs; else the buffer as it is, at no
+    cost.  FPFC's sums are exact (:func:`zeta_units`), so the collective's
+    order does not matter."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(buffer)
+    return buffer
+
+
+def shard_finish(buffer: torch.Tensor, omega: torch.Tensor, ratio: torch.Tensor, norms: torch.Tensor,
+                 first: int, count: int) -> torch.Tensor:
+    """After :func:`sum_over_ranks`: every pair's c and ‖θ‖ into ``ratio`` and
+    ``norms`` (in place), and ``ζ [count, P]`` of clients ``first ..
+    first + count − 1``: ``ζ_i = mean(ω) + (1/n)·Σ_j u_ij``, the exact float64
+    sum rounded once."""
+    n, P = omega.shape
+    K = row_slots(n)
+    stats = buffer[n * P:].view(2, n * K)
+    ratio[:n * K], norms[:n * K] = stats[0], stats[1]
+    acc = buffer[:n * P].view(n, P)[first:first + count]
+    return (omega.mean(dim=0).to(torch.float64) + acc / n).to(omega.dtype)
+
+
+def slot_norm_matrix(norms: torch.Tensor, n: int) -> torch.Tensor:
+    """Symmetric ``[n, n]`` float32 matrix of ``‖θ_ij‖`` (zero diagonal) from
+    every pair's norm in :func:`slot_pairs`' order (as :func:`theta_norm_matrix`
+    for the literal layout)."""
+    owner, partner = slot_pairs(n, norms.device)
+    out = torch.zeros(n, n, dtype=torch.float32, device=norms.device)
+    values = norms.to(torch.float32)
+    out[owner, partner] = values
+    out[partner, owner] = values
+    return out
+
+
+def literal_pairs(theta_rows: torch.Tensor, theta_diam: torch.Tensor, ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(θ, v)`` ``[E, P]`` in Algorithm 1's literal layout (pairs i < j,
+    :func:`pair_index`) from the compact one holding every client's rows
+    (``theta_rows [n, K, P]``): what the reference functions keep."""
+    n, K, P = theta_rows.shape
+    if K != row_slots(n) or theta_diam.shape != (diametric_pairs(n), P) or ratio.shape != (n_pairs(n),):
+        raise ValueError(f"literal_pairs needs every client's rows [n, {row_slots(n)}, P] and the diametric pairs, "
+                         f"got {tuple(theta_rows.shape)} and {tuple(theta_diam.shape)}")
+    index, sign = slot_literal_index(n, theta_rows.device)
+    slots = torch.cat([theta_rows.reshape(n * K, P), theta_diam]) * sign[:, None].to(theta_rows.dtype)
+    theta = torch.empty_like(slots)
+    theta[index] = slots
+    v = torch.empty_like(slots)
+    v[index] = slots * ratio[:, None].to(slots.dtype)
+    return theta, v
+
+
+def from_literal(theta: torch.Tensor, v: torch.Tensor, n: int, first: int, count: int, rho: float,
+                 chunk_pairs: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The compact state ``(rows [count, K, P], diametric [D, P], ratio [E],
+    norms [E])`` of clients ``first .. first + count − 1`` from the literal
+    ``θ, v [E, P]`` (checkpoints written before the compact layout): c is
+    ``⟨v, θ⟩/‖θ‖²`` per pair (0 where θ = 0).  Refuses (ValueError) a pair
+    whose v is not that multiple of θ to ``1e-3·(‖v‖ + ρ‖θ‖)`` (the scale of
+    the float32 rounding in v's update), which Algorithm 1 never leaves."""
+    E, P = theta.shape
+    K, D = row_slots(n), diametric_pairs(n)
+    index, sign = slot_literal_index(n, theta.device)
+    ratio = torch.zeros(E, dtype=torch.float64, device=theta.device)
+    norms = torch.zeros(E, dtype=torch.float64, device=theta.device)
+    step = _chunk(P, chunk_pairs)
+    for start in range(0, E, step):   # chunks of pairs
+        sl = slice(start, start + step)
+        th, vv = theta[sl].to(torch.float64), v[sl].to(torch.float64)
+        sq = (th * th).sum(dim=1)
+        c = torch.where(sq > 0, (vv * th).sum(dim=1) / sq.clamp_min(torch.finfo(torch.float64).tiny),
+                        torch.zeros_like(sq))
+        residual = (vv - c[:, None] * th).norm(dim=1)
+        bad = torch.nonzero(residual > 1e-3 * (vv.norm(dim=1) + rho * sq.sqrt())).flatten()
+        if bad.numel():
+            raise ValueError(f"pair {start + int(bad[0])}: v is not a multiple of theta (residual "
+                             f"{float(residual[bad[0]]):.3g}); Algorithm 1 never leaves that")
+        ratio[sl], norms[sl] = c, theta[sl].norm(dim=1).to(torch.float64)
+    ratio, norms = ratio[index], norms[index]     # slot order
+    rows = slice(first * K, (first + count) * K)
+    own = theta[index[rows]] * sign[rows, None].to(theta.dtype)
+    diam = theta[index[n * K:]] * sign[n * K:, None].to(theta.dtype)
+    return own.view(count, K, P), diam, ratio, norms
+
+
+# ----------------------------------------------------------------------------
 # Round object
 
 
-def fpfc_memory_need(n: int, P: int, ranks_sharing: int = 1) -> int:
-    """Bytes FPFC holds per run on one memory: θ and v ``[E, P]``
-    (:func:`fedclust.algorithms.fpfc.pairwise_state_bytes`) plus ω and ζ
-    ``[n, P]`` and a few chunk buffers, float32, once per rank that shares
-    the memory (the server state is replicated on every rank)."""
-    per_rank = pairwise_state_bytes(n, P) + 3 * n * P * 4 + 6 * min(CHUNK_ELEMENTS, max(n * (n - 1) // 2, 1) * P) * 4
-    return per_rank * ranks_sharing
+def checkpoint_gather_bytes(n: int, P: int, world: int) -> int:
+    """Bytes a checkpoint adds on every rank of a run on several: the
+    runner gathers client rows on every rank (``LoopState.state_dict``), so
+    each receives every client's θ rows, padded to ``world·⌈n/world⌉`` clients
+    (and as much again to trim them when the shards differ in size).  One
+    process gathers nothing."""
+    if world <= 1:
+        return 0
+    padded = world * -(-n // world)
+    return padded * row_slots(n) * int(P) * 4 * (1 if padded == n else 2)
+
+
+def fpfc_memory_need(n: int, P: int, ranks_sharing: int = 1, world: int = 1) -> int:
+    """Bytes FPFC holds on one memory shared by ``ranks_sharing`` ranks of a
+    run on ``world`` ranks (at least ``ranks_sharing``), float32: on each, its
+    pairwise state (:func:`pairwise_state_bytes`), ω before and after the
+    round and the bounds' ``ω − mean`` ``[n, P]``, its clients' ζ, the
+    float64 ζ buffer ``[n, P]``, a chunk's buffers (8 of ``chunk × P``, for
+    the few float32 ones and the float64 terms) and the checkpoint's gather
+    (:func:`checkpoint_gather_bytes`)."""
+    n, P, world = int(n), int(P), max(int(world), int(ranks_sharing), 1)
+    clients = -(-n // world)
+    pairs = clients * row_slots(n) + diametric_pairs(n)
+    per_rank = (pairwise_state_bytes(n, P, world) + 3 * n * P * 4 + clients * P * 4
+                + n * P * 8 + 16 * n * row_slots(n) + 8 * min(CHUNK_ELEMENTS, max(pairs, 1) * P) * 4
+                + checkpoint_gather_bytes(n, P, world))
+    return per_rank * int(ranks_sharing)
 
 
 def check_fpfc_memory(cfg, available: tuple[int, str] | None = None) -> None:
@@ -281,22 +613,22 @@ def check_fpfc_memory(cfg, available: tuple[int, str] | None = None) -> None:
     ``clients`` naming the numbers and the largest client count that fits)."""
     n, P = cfg.clients, parameter_count(cfg)
     free, where = available or available_memory(cfg.device)
-    sharing = 1
+    devices, nodes = world_from_env()
+    world, sharing = devices * nodes, 1
     if where.startswith("host"):
-        sharing = world_from_env()[0]   # ranks on this node share its RAM
-    need = fpfc_memory_need(n, P, sharing)
+        sharing = devices   # ranks on this node share its RAM
+    need = fpfc_memory_need(n, P, sharing, world)
     if need <= free:
         return
-    fits = 1
-    while fits < n and fpfc_memory_need(fits + 1, P, sharing) <= free:
-        fits += 1
+    # the largest count that fits (the need is not monotonic: shards of unequal size cost a copy at checkpoints)
+    fits = next((k for k in range(n - 1, 1, -1) if fpfc_memory_need(k, P, sharing, world) <= free), 1)
     gib = 2.0**30
+    ranks = f", {world} ranks" + (f", {sharing} on this memory" if sharing > 1 else "") if world > 1 else ""
     raise ConfigError(
         "clients", n,
-        f"FPFC keeps theta and v for all n(n-1)/2 = {n * (n - 1) // 2} client pairs: {need / gib:.2f} GiB "
-        f"(n = {n}, P = {P} parameters, float32{f', x{sharing} ranks' if sharing > 1 else ''}) but only "
-        f"{free / gib:.2f} GiB are free in {where}; use at most {fits} clients, a smaller model, "
-        "or a machine with more memory")
+        f"FPFC keeps theta and one number per client pair, n(n-1)/2 = {n_pairs(n)} pairs split between the ranks: "
+        f"{need / gib:.2f} GiB (n = {n}, P = {P} parameters, float32{ranks}) but only {free / gib:.2f} GiB are "
+        f"free in {where}; use at most {fits} clients, a smaller model, more ranks or a machine with more memory")
 
 
 @dataclass
@@ -320,18 +652,30 @@ class FpfcConfig:
 
 @dataclass
 class FpfcState:
-    """The server's state, replicated on every rank and computed from the
-    gathered ω alone.  θ and v are kept as Algorithm 1 writes them, though
-    after a step both are multiples of δ (``v/ρ = (1/t − 1)·θ`` with
-    ``t = s/r > 0``), so θ and one scalar per pair would do: the literal form
-    is easier to check."""
+    """The server's state in the compact layout (:func:`shard_sweep_`): θ
+    and one scalar c per pair, ``v = c·θ``, the pairs split between the
+    clients' rows; computed from the gathered ω.  :attr:`theta` and :attr:`v`
+    give Algorithm 1's literal ``[E, P]`` pair arrays where this rank holds
+    every client."""
 
-    omega: torch.Tensor          # [n, P] every client's latest ω
-    zeta: torch.Tensor = client_rows()  # [C, P] ζ_i of this rank's clients
-    theta: torch.Tensor = None   # [E, P] θ_ij, i < j
-    v: torch.Tensor = None       # [E, P] v_ij
-    scale: float | None = None   # u_1 (1.0 without scale_to_model); None until round 1 sets it
-    labels: torch.Tensor = None  # [n] int64 clusters read off ‖θ_ij‖ <= ν
+    omega: torch.Tensor                       # [n, P] every client's latest ω
+    zeta: torch.Tensor = client_rows()        # [C, P] ζ_i of this rank's clients
+    theta_rows: torch.Tensor = client_rows()  # [C, K, P] θ of this rank's clients' pairs (slot_pairs)
+    theta_diam: torch.Tensor = None           # [D, P] θ of the diametric pairs (even n), on every rank
+    ratio: torch.Tensor = None                # [E] float64 c of every pair, v = c·θ (slot_pairs' order)
+    norms: torch.Tensor = None                # [E] float64 ‖θ‖ of every pair
+    scale: float | None = None                # u_1 (1.0 without scale_to_model); None until round 1 sets it
+    labels: torch.Tensor = None               # [n] int64 clusters read off ‖θ_ij‖ <= ν
+
+    @property
+    def theta(self) -> torch.Tensor:
+        """θ ``[E, P]`` in the literal layout (:func:`literal_pairs`)."""
+        return literal_pairs(self.theta_rows, self.theta_diam, self.ratio)[0]
+
+    @property
+    def v(self) -> torch.Tensor:
+        """v ``[E, P]`` in the literal layout (:func:`literal_pairs`)."""
+        return literal_pairs(self.theta_rows, self.theta_diam, self.ratio)[1]
 
 
 @register
@@ -352,11 +696,16 @@ class Fpfc(Algorithm):
         return cls(cfg.fpfc, cfg.participation)
 
     def init(self, ctx: Context) -> FpfcState:
-        """ω_i^0 all equal (w0), ζ_i^0 = ω_i^0, θ^0 = 0, v^0 = 0."""
+        """ω_i^0 all equal (w0), ζ_i^0 = ω_i^0, θ^0 = 0, v^0 = 0 (c = 0)."""
         n, w0 = ctx.n, ctx.w0.detach()
-        theta, v = init_pair_state(n, w0.numel(), w0.dtype, w0.device)
-        return FpfcState(omega=w0.expand(n, -1).clone(), zeta=w0.expand(len(ctx.client_ids), -1).clone(),
-                         theta=theta, v=v, scale=None, labels=torch.zeros(n, dtype=torch.int64, device=w0.device))
+        P, C, E = w0.numel(), len(ctx.client_ids), n_pairs(n)
+        zeros = dict(dtype=w0.dtype, device=w0.device)
+        return FpfcState(omega=w0.expand(n, -1).clone(), zeta=w0.expand(C, -1).clone(),
+                         theta_rows=torch.zeros(C, row_slots(n), P, **zeros),
+                         theta_diam=torch.zeros(diametric_pairs(n), P, **zeros),
+                         ratio=torch.zeros(E, dtype=torch.float64, device=w0.device),
+                         norms=torch.zeros(E, dtype=torch.float64, device=w0.device),
+                         scale=None, labels=torch.zeros(n, dtype=torch.int64, device=w0.device))
 
     def plan(self, state: FpfcState, ctx: Context, round_: int, models: torch.Tensor):
         """Client i trains from its own ω_i with the proximal term ``ρ/2‖ω − ζ_i‖²``
@@ -364,10 +713,11 @@ class Fpfc(Algorithm):
         return state, RoundPlan(start=own(ctx, state.omega), anchor=state.zeta, mu=self.fpfc.rho)
 
     def aggregate(self, state: FpfcState, ctx: Context, view: RoundView):
-        """Participants' ω become their trained models; then every pair's θ and v
-        (:func:`server_update_`), every ζ (:func:`zeta`), and the clusters read
-        off ‖θ_ij‖ ≤ ν.  A client holds, and is evaluated with, its cluster's
-        mean model."""
+        """Participants' ω become their trained models; then each rank steps
+        its clients' pairs and the diametric ones (:func:`shard_sweep_`), one
+        all-reduce sums the exact ζ terms and shares every pair's c and ‖θ‖,
+        and every rank reads the clusters off ‖θ_ij‖ ≤ ν.  A client holds, and
+        is evaluated with, its cluster's mean model."""
         f, after = self.fpfc, view.all_after
         active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device)
         scale = state.scale
@@ -378,10 +728,31 @@ class Fpfc(Algorithm):
                                  "check train.lr, or set fpfc.scale_to_model=false")
         lam, xi, nu = f.lam * scale, f.xi * scale, f.nu * scale
         omega = torch.where(active[:, None], after, state.omega)
-        theta, v = server_update_(omega, state.theta, state.v, lam, f.a, xi, f.rho, active)
-        zeta_own = own(ctx, zeta(omega, theta, v, f.rho)).clone()
-        labels = clusters_from_theta(theta_norm_matrix(theta, ctx.n), nu)
+        first, count = ctx.own_rows.start, len(ctx.client_ids)
+        buffer = shard_sweep_(omega, state.theta_rows, state.theta_diam, state.ratio, state.norms, first, active,
+                              lam, f.a, xi, f.rho)
+        zeta_own = shard_finish(sum_over_ranks(buffer), omega, state.ratio, state.norms, first, count)
+        del buffer
+        labels = clusters_from_theta(slot_norm_matrix(state.norms, ctx.n), nu)
         centres = cluster_models(omega, labels)
-        state = FpfcState(omega=omega, zeta=zeta_own, theta=theta, v=v, scale=scale, labels=labels)
+        state = FpfcState(omega=omega, zeta=zeta_own, theta_rows=state.theta_rows, theta_diam=state.theta_diam,
+                          ratio=state.ratio, norms=state.norms, scale=scale, labels=labels)
         return state, server_result(ctx, centres[own(ctx, labels)], labels, active.to(torch.float64),
                                     int(active.sum()))
+
+    def load_state_dict(self, ctx: Context, saved: dict) -> FpfcState:
+        """The state from a checkpoint, built from the saved tensors alone (no
+        zero state of the same size first); one written before the compact
+        layout (θ and v ``[E, P]`` as server state) is converted
+        (:func:`from_literal`)."""
+        server = dict(saved["server"])
+        if "v" in server:
+            theta, v = server.pop("theta"), server.pop("v")
+            first, count = ctx.own_rows.start, len(ctx.client_ids)
+            try:
+                rows, diam, ratio, norms = from_literal(theta, v, ctx.n, first, count, self.fpfc.rho)
+            except ValueError as exc:
+                raise ConfigError("resume", "fpfc checkpoint", f"its pair state cannot be converted to the compact "
+                                  f"layout ({exc}); start afresh with overwrite=true") from exc
+            server.update(theta_rows=rows, theta_diam=diam, ratio=ratio, norms=norms)
+        return FpfcState(**saved["clients"], **server)
