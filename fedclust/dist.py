@@ -178,6 +178,9 @@ def gather_parts(fabric, parts: list[torch.Tensor], n: int) -> list[torch.Tensor
     return [g.contiguous() for g in torch.split(gathered, widths, dim=1)]
 
 
+CHECKPOINT_BLOCK_BYTES = 256 * 2**20   # gathered per collective when a checkpoint collects wide rows (runner)
+
+
 class ColumnBlocks:
     """The round's exchange in column blocks (``exchange_mb``): every rank's
     ``[C, P]`` parts (named: "after", "before") gathered ``columns`` columns

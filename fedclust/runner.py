@@ -28,7 +28,7 @@ from fedclust import checkpoint, rng
 from fedclust.algorithms import registry
 from fedclust.algorithms.base import Algorithm, Context, RoundResult, RoundView
 from fedclust.data import FederatedData, load_federated
-from fedclust.dist import ColumnBlocks, exchange_columns, gather_parts, gather_rows, make_fabric, shard_bounds
+from fedclust.dist import CHECKPOINT_BLOCK_BYTES, ColumnBlocks, exchange_columns, gather_parts, gather_rows, make_fabric, shard_bounds
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.pool import pool_losses
@@ -202,12 +202,27 @@ class LoopState:
 
 
 def _gather(s: Setup, rows):
-    """[C, ...] rows of every rank as [n, ...] on the CPU (bool travels as uint8)."""
+    """[C, ...] rows of every rank as [n, ...] on rank 0's CPU (None elsewhere; bool travels as uint8).  Wide
+    rows go in column blocks of at most :data:`CHECKPOINT_BLOCK_BYTES` gathered, each moved to rank 0's host
+    as it arrives: no rank holds all n rows on its device, and only rank 0 keeps them."""
     if rows is None:
         return None
-    x = rows.to(torch.uint8) if rows.dtype == torch.bool else rows
-    full = gather_rows(s.fabric, x.contiguous(), s.n).cpu()
-    return full.bool() if rows.dtype == torch.bool else full
+    x = (rows.to(torch.uint8) if rows.dtype == torch.bool else rows).contiguous()
+    if s.world == 1:   # nothing to gather (and on a CPU no copy)
+        full = x.cpu()
+        return full.bool() if rows.dtype == torch.bool else full
+    flat = x.reshape(x.shape[0], -1)
+    per_column = max(1, s.n * flat.element_size())
+    step = max(1, CHECKPOINT_BLOCK_BYTES // per_column)
+    out = torch.empty((s.n, flat.shape[1]), dtype=flat.dtype) if s.rank == 0 else None
+    for lo in range(0, flat.shape[1], step):   # column blocks, not clients
+        got = gather_rows(s.fabric, flat[:, lo:lo + step].contiguous(), s.n)
+        if out is not None:
+            out[:, lo:lo + step] = got.cpu()
+    if out is None:
+        return None
+    out = out.reshape((s.n,) + tuple(x.shape[1:]))
+    return out.bool() if rows.dtype == torch.bool else out
 
 
 def _map_tensors(value, fn):

@@ -70,7 +70,9 @@ def test_law_by_hand():
     panm = load_config("configs/fmnist_rotation2.yaml", ["clients=1000", "data.share_images=true"])
     assert bench_scale.law(panm, 2)["columns"] == 2 * mlp + 2
     # ... whose copy from before training is dropped before the gossip makes the new models: two [C, P] at most
-    assert bench_scale.law(panm, 1)["memory_bytes"] == 1000 * d + 2 * 1000 * mlp * 4 + 1000 * 1000 * 10
+    # (plus its similarity's pieces: update, distance from w0 and their squares, [n, 16,384] float32 each)
+    assert bench_scale.law(panm, 1)["memory_bytes"] == (1000 * d + 2 * 1000 * mlp * 4 + 1000 * 1000 * 10
+                                                        + 4 * 1000 * 16384 * 4)
 
 
 def test_law_with_the_exchange_in_column_blocks():
@@ -83,7 +85,9 @@ def test_law_with_the_exchange_in_column_blocks():
     columns = 64 * 2**20 // (2 * 2 * 500 * 2 * 4)      # received shards of 500 rows, 2 parts, and their copies
     assert lw["columns"] == 3 * mlp + 2 and lw["gather_bytes"] == 1000 * (3 * mlp + 2) * 4
     assert lw["exchange_bytes"] == columns * 2 * 2 * 500 * 2 * 4 <= 64 * 2**20
-    assert lw["memory_bytes"] == 500 * d + 2 * 500 * mlp * 4 + 500 * 1000 * 10 + lw["exchange_bytes"]
+    assert lw["memory_bytes"] == (500 * d + 2 * 500 * mlp * 4 + 500 * 1000 * 10 + lw["exchange_bytes"]
+                                  + 4 * 1000 * 4194 * 4)      # pieces no wider than a block
+    assert columns == 4194
     rnd = load_config("configs/fmnist_rotation2.yaml", ["clients=1000", "data.share_images=true", "exchange_mb=64",
                                                         "algorithm.name=random"])
     assert bench_scale.law(rnd, 2)["gather_bytes"] == 1000 * (mlp + 2) * 4

@@ -73,6 +73,13 @@ class RoundView:
     # and the algorithm reads the gathered models a block at a time (fedclust.dist.ColumnBlocks).
     columns: Any = None
 
+    def drop_before(self) -> None:
+        """Let go of the models from before training (the gossip needs only the new ones): one [n, P] less, or
+        one [C, P], at the gossip's peak."""
+        self.before = self.all_before = None
+        if self.columns is not None:
+            self.columns.parts.pop("before", None)
+
 
 @dataclass
 class RoundPlan:
@@ -279,7 +286,7 @@ class PeerAlgorithm(Algorithm):
 
     def aggregate(self, state: Any, ctx: Context, view: RoundView):
         state, averaged = self.select(state, ctx, view)
-        view.before = view.all_before = None   # the gossip needs only the new models: one [n, P] less at its peak
+        view.drop_before()
         contacted = averaged
         extra = self.contacted(state, view.round)
         if extra is not None:

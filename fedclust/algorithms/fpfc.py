@@ -17,7 +17,7 @@ import torch.distributed as dist
 from fedclust.algorithms.aggregation import cluster_average, own, participants
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result, client_rows
 from fedclust.algorithms.registry import register
-from fedclust.dist import available_memory, world_from_env
+from fedclust.dist import CHECKPOINT_BLOCK_BYTES, available_memory, world_from_env
 from fedclust.errors import ConfigError
 from fedclust.models import parameter_count
 from fedclust.schema import finite, option
@@ -554,7 +554,7 @@ def from_literal(theta: torch.Tensor, v: torch.Tensor, n: int, first: int, count
     whose v is not that multiple of θ to ``1e-3·(‖v‖ + ρ‖θ‖)`` (the scale of
     the float32 rounding in v's update), which Algorithm 1 never leaves."""
     E, P = theta.shape
-    K, D = row_slots(n), diametric_pairs(n)
+    K = row_slots(n)
     index, sign = slot_literal_index(n, theta.device)
     ratio = torch.zeros(E, dtype=torch.float64, device=theta.device)
     norms = torch.zeros(E, dtype=torch.float64, device=theta.device)
@@ -583,15 +583,14 @@ def from_literal(theta: torch.Tensor, v: torch.Tensor, n: int, first: int, count
 
 
 def checkpoint_gather_bytes(n: int, P: int, world: int) -> int:
-    """Bytes a checkpoint adds on every rank of a run on several: the
-    runner gathers client rows on every rank (``LoopState.state_dict``), so
-    each receives every client's θ rows, padded to ``world·⌈n/world⌉`` clients
-    (and as much again to trim them when the shards differ in size).  One
-    process gathers nothing."""
+    """Bytes a checkpoint adds to a run on several ranks: the runner collects
+    client rows on rank 0's host (``LoopState.state_dict``), every client's θ
+    rows, in column blocks of at most ``CHECKPOINT_BLOCK_BYTES`` that every
+    rank receives in turn (twice that when the shards differ in size and are
+    trimmed).  One process gathers nothing."""
     if world <= 1:
         return 0
-    padded = world * -(-n // world)
-    return padded * row_slots(n) * int(P) * 4 * (1 if padded == n else 2)
+    return n * row_slots(n) * int(P) * 4 + 2 * CHECKPOINT_BLOCK_BYTES
 
 
 def fpfc_memory_need(n: int, P: int, ranks_sharing: int = 1, world: int = 1) -> int:
@@ -600,15 +599,14 @@ def fpfc_memory_need(n: int, P: int, ranks_sharing: int = 1, world: int = 1) -> 
     pairwise state (:func:`pairwise_state_bytes`), ω before and after the
     round and the bounds' ``ω − mean`` ``[n, P]``, its clients' ζ, the
     float64 ζ buffer ``[n, P]``, a chunk's buffers (8 of ``chunk × P``, for
-    the few float32 ones and the float64 terms) and the checkpoint's gather
-    (:func:`checkpoint_gather_bytes`)."""
+    the few float32 ones and the float64 terms); and once, the checkpoint's
+    collection on rank 0 (:func:`checkpoint_gather_bytes`)."""
     n, P, world = int(n), int(P), max(int(world), int(ranks_sharing), 1)
     clients = -(-n // world)
     pairs = clients * row_slots(n) + diametric_pairs(n)
     per_rank = (pairwise_state_bytes(n, P, world) + 3 * n * P * 4 + clients * P * 4
-                + n * P * 8 + 16 * n * row_slots(n) + 8 * min(_chunk(P, None), max(pairs, 1)) * P * 4
-                + checkpoint_gather_bytes(n, P, world))
-    return per_rank * int(ranks_sharing)
+                + n * P * 8 + 16 * n * row_slots(n) + 8 * min(_chunk(P, None), max(pairs, 1)) * P * 4)
+    return per_rank * int(ranks_sharing) + checkpoint_gather_bytes(n, P, world)
 
 
 def check_fpfc_memory(cfg, available: tuple[int, str] | None = None) -> None:

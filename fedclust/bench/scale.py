@@ -38,6 +38,8 @@ which exist together in :func:`fedclust.dist.gather_parts`).  With
 ``columns x`` :func:`fedclust.dist.exchange_column_bytes` (at most the
 budget), and the gathered columns are P + 2 (3P + 2 for PANMGrad, which
 reads after and before for its similarity, then after again for the gossip).
+Algorithms that gather the models before training (PANMGrad) add their
+similarity's pieces: 4 x n x min(POOL_BLOCK, block columns) x 4 bytes.
 On a GPU the same terms but the base are device memory (compare with the
 peak CUDA column).  MB = 2**20 bytes throughout.
 """
@@ -57,6 +59,7 @@ import torch
 
 from fedclust import runner
 from fedclust.algorithms import registry
+from fedclust.algorithms.similarity import POOL_BLOCK
 from fedclust.config import load_config
 from fedclust.data import dataset
 from fedclust.dist import (exchange_column_bytes, exchange_columns, gather_rows, import_fabric, make_fabric,
@@ -125,6 +128,7 @@ def law(cfg, world: int, base: float = 0.0) -> dict:
     C = math.ceil(n / world)
     _, shape, _ = model_spec(cfg)
     d = (cfg.data.train_size + cfg.data.test_size) * (math.prod(shape) * input_bytes(cfg) + 8)
+    columns = P
     if cfg.exchange_mb > 0:   # column blocks: PANMGrad reads after and before for its similarity, then after again
         parts = 2 if before else 1
         columns = min(exchange_columns(cfg.exchange_mb, n, world, parts), P)
@@ -132,10 +136,12 @@ def law(cfg, world: int, base: float = 0.0) -> dict:
         held = columns * exchange_column_bytes(n, world, parts)
     else:
         gathered, held = width, (2 * world * C * width * 4 if world > 1 else 0)
+    # PANMGrad's similarity: the update, the distance from w0 and their squares, [n, piece] float32 each
+    pieces = 4 * n * min(POOL_BLOCK, columns) * 4 if before else 0
     gather = world * C * gathered * 4 if world > 1 else 0
-    memory = base + C * d + 2 * C * P * 4 + C * n * 10 + held
+    memory = base + C * d + 2 * C * P * 4 + C * n * 10 + held + pieces
     return {"params": P, "columns": gathered, "data_bytes_per_client": d, "gather_bytes": gather,
-            "exchange_bytes": held, "memory_bytes": memory}
+            "exchange_bytes": held, "similarity_bytes": pieces, "memory_bytes": memory}
 
 
 def load_base_data(cfg) -> None:
