@@ -50,8 +50,9 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
                                                                         device=state.flat.device)
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
     traffic = state.traffic
+    extra = extra_accuracies(s, state, acc)
     local = torch.stack([acc.double(), loss.double(), precision.double(), recall.double(),
-                         traffic.received.double(), traffic.max_round.double()], dim=1)
+                         traffic.received.double(), traffic.max_round.double(), *extra.values()], dim=1)
     # One gather of bytes: the float64 numbers bit for bit, then the lists at one byte per entry (none if none).
     numbers = local.contiguous().view(torch.uint8)
     width = numbers.shape[1]
@@ -59,6 +60,7 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
     everyone = s.collective(t, gather_rows, s.fabric, sent, s.n)
     values = everyone[:, :width].contiguous().view(torch.float64)
     acc_all, loss_all, prec_all, rec_all, recv_all, maxr_all = (values[:, i].cpu() for i in range(METRICS_PER_CLIENT))
+    extra_all = {k: values[:, METRICS_PER_CLIENT + i].cpu() for i, k in enumerate(extra)}
     all_lists = everyone[:, width:].bool().cpu().numpy() if result.lists is not None else None
     has_lists = all_lists is not None and bool(all_lists.any())   # Local's empty lists define no neighbours
     clients_received = float(recv_all.sum())
@@ -81,6 +83,8 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
         "round_seconds": outcome.seconds,
         "client_accuracy": [round(100.0 * float(a), 2) for a in acc_all],
     }
+    for k in s.algo.extra_accuracies:   # the algorithm's own accuracies (CFL: best of lineage); null if not given
+        record[k] = 100.0 * float(extra_all[k].mean()) if k in extra_all else None
     truth = None if ctx.clusters is None else ctx.clusters.cpu().numpy()   # None: not known (ari null)
     if has_lists:
         record.update(cluster_recovery(all_lists, truth))
@@ -89,6 +93,23 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
         record.update({"num_clusters": int(len(np.unique(labels))),
                        "ari": None if truth is None else adjusted_rand_index(truth, labels)})
     return record, all_lists
+
+
+def extra_accuracies(s, state, accuracy: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The algorithm's own test accuracies of this rank's clients
+    (:meth:`fedclust.algorithms.base.Algorithm.extra_accuracy`), float64
+    ``[C]`` each, in the order of its ``extra_accuracies``."""
+    if not s.algo.extra_accuracies:
+        return {}
+
+    def score(models, x, y, counts=None):
+        return evaluate(models, s.layout, s.arch, x, y, counts=counts)
+
+    got = s.algo.extra_accuracy(state.algo_state, s.ctx, s.data, state.flat, accuracy, score)
+    unknown = sorted(set(got) - set(s.algo.extra_accuracies))
+    if unknown:
+        raise ValueError(f"{type(s.algo).__name__}.extra_accuracy gave {unknown}, not declared in extra_accuracies")
+    return {k: got[k].double() for k in s.algo.extra_accuracies if k in got}
 
 
 def summarize(s, history: list[dict], wall: float) -> dict:
@@ -110,10 +131,13 @@ def summarize(s, history: list[dict], wall: float) -> dict:
         "rounds": cfg.rounds,
         "stage1_rounds": s.stage1_end,
         # examples per client; None where clients hold different numbers (a file of clients)
-        "train_size": None if s.data.train_counts is not None else int(s.data.train_x.shape[1]),
+        # (before a validation split is carved from them: the data setting)
+        "train_size": None if s.data.train_counts is not None else int(s.data.train_x.shape[1])
+        + (0 if s.data.val_x is None else int(s.data.val_x.shape[1])),
         "test_size": None if s.data.test_counts is not None else int(s.data.test_x.shape[1]),
         "seed": cfg.seed,
         "final_accuracy": final["accuracy"],
+        **{f"final_{k}": final.get(k) for k in s.algo.extra_accuracies},
         "best_accuracy": best["accuracy"],
         "best_round": best["round"],
         "final_loss": final["loss"],

@@ -28,6 +28,7 @@ from fedclust import checkpoint, rng
 from fedclust.algorithms import registry
 from fedclust.algorithms.base import Algorithm, Context, RoundResult, RoundView
 from fedclust.data import FederatedData, load_federated
+from fedclust.data.validation import carve_validation
 from fedclust.dist import CHECKPOINT_BLOCK_BYTES, ColumnBlocks, exchange_columns, gather_parts, gather_rows, make_fabric, shard_bounds
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
@@ -102,7 +103,10 @@ def setup(cfg: Config, fabric) -> Setup:
     n = cfg.clients
     start, stop = shard_bounds(n, world, rank)
     client_ids = torch.arange(start, stop, dtype=torch.int64)
+    algo = registry.build(cfg)
     data = load_federated(cfg.data, n, cfg.seed, client_ids.tolist(), device=device)
+    # a validation split for an algorithm that asks for one (CFL's best-of-lineage choice); 0: data unchanged
+    data = carve_validation(data, algo.validation_share, cfg.seed, algo.validation_key)
     spec = model_name(cfg)
     layout, w0 = initial_weights(spec, data.input_shape, data.num_classes, cfg.seed)
     w0 = w0.to(device)
@@ -122,7 +126,6 @@ def setup(cfg: Config, fabric) -> Setup:
                   pool_loss=pool_loss)
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)
-    algo = registry.build(cfg)
     columns = 0
     if cfg.exchange_mb > 0:   # one process too: the same blocks, so 1 and W processes compute alike
         columns = exchange_columns(cfg.exchange_mb, n, world, 2 if algo.gathers_before else 1)

@@ -196,6 +196,10 @@ class Algorithm:
     stage_one_figures: ClassVar[bool] = False
     paper_results: ClassVar[dict] = {}
     report_position: ClassVar[float] = 1000.0   # where fedclust report's table lists it (lower first)
+    # record keys of :meth:`extra_accuracy`, each in every evaluated round's record (null where the method gives
+    # none) and, as ``final_<key>``, in summary.json; none by default (the record is unchanged)
+    extra_accuracies: ClassVar[tuple[str, ...]] = ()
+    validation_key: ClassVar[str] = ""   # the config key of validation_share, named by the errors about it
 
     @classmethod
     def from_config(cls, cfg) -> "Algorithm":
@@ -243,6 +247,26 @@ class Algorithm:
 
     def aggregate(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, "RoundResult"]:
         raise NotImplementedError(f"{type(self).__name__} must define aggregate (or derive from PeerAlgorithm)")
+
+    # -- data and evaluation hooks ---------------------------------------
+
+    @property
+    def validation_share(self) -> float:
+        """Share of each client's training examples held out as its validation
+        split (:func:`fedclust.data.validation.carve_validation`, never trained
+        on); 0 by default: every example trains."""
+        return 0.0
+
+    def extra_accuracy(self, state: Any, ctx: Context, data: Any, models: torch.Tensor, accuracy: torch.Tensor,
+                       score: Callable) -> dict[str, torch.Tensor]:
+        """More test accuracies of this rank's clients for an evaluated round:
+        ``{key in extra_accuracies: [C] accuracy in [0, 1]}`` (a key left out
+        is null).  ``data``: this rank's FederatedData; ``models [C, P]`` what
+        the clients hold and ``accuracy [C]`` its test accuracy;
+        ``score(models [M, P], x, y, counts)`` -> (accuracy [M], mean loss
+        [M]) of model m on x[m], y[m].  Every rank must give the same keys
+        (their columns travel in the round's one gather).  Default: none."""
+        return {}
 
     # -- checkpoints -----------------------------------------------------
 

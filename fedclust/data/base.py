@@ -119,6 +119,11 @@ class FederatedData:
     # client (of all, on every rank) has the full width Ntrain (Ntest).  Only naturally federated files set them.
     train_counts: torch.Tensor | None = None
     test_counts: torch.Tensor | None = None
+    # A validation split carved from the training examples (fedclust.data.validation, for an algorithm that asks
+    # for one: Algorithm.validation_share); None: none, every training example trains.
+    val_x: torch.Tensor | StoredInputs | None = None
+    val_y: torch.Tensor | None = None
+    val_counts: torch.Tensor | None = None
 
 
 class RawData(NamedTuple):
