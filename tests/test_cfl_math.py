@@ -156,3 +156,38 @@ def test_bipartition_by_hand():
 def test_bipartition_rejects_one_client():
     with pytest.raises(ValueError, match="m >= 2"):
         bipartition(torch.ones(1, 1))
+
+
+def _least_cross_similarity(S):
+    """The least α_max^cross over every bipartition of ``S`` (brute force)."""
+    m = S.shape[0]
+    best = float("inf")
+    for mask in range(1, 2 ** (m - 1)):                  # client m-1 always on side 0: each bipartition once
+        side = np.array([(mask >> i) & 1 for i in range(m)], dtype=bool)
+        best = min(best, float(S[side][:, ~side].max()))
+    return best
+
+
+def _linkage_cross(S, method):
+    D = np.clip(1.0 - S, 0.0, None)
+    np.fill_diagonal(D, 0.0)
+    side = cut_tree(linkage(squareform(D, checks=False), method=method), n_clusters=2).flatten() == 1
+    return float(S[side][:, ~side].max())
+
+
+def test_single_linkage_is_the_optimal_bipartition_complete_linkage_is_not():
+    """The paper's bipartition is the one of least α_max^cross; merging the
+    most similar groups until two remain (single linkage) finds it.  The
+    reference code's complete linkage (fedclust's bipartition) never does
+    better and sometimes worse, so its γ_max test is the stricter."""
+    worse = 0
+    for seed in range(40):
+        g = torch.Generator().manual_seed(seed)
+        m = 4 + seed % 5
+        S = pairwise_cosine(torch.randn(m, 6, generator=g, dtype=torch.float64)).numpy()
+        least = _least_cross_similarity(S)
+        assert _linkage_cross(S, "single") == pytest.approx(least)
+        ours = cross_similarity(torch.from_numpy(S), *bipartition(torch.from_numpy(S)))
+        assert ours == pytest.approx(_linkage_cross(S, "complete")) and ours >= least - 1e-12
+        worse += ours > least + 1e-9
+    assert worse > 0

@@ -164,6 +164,7 @@ OUT_OF_RANGE = {
     "cfl.gamma_max": ("1", ["algorithm.name=cfl"]),
     "cfl.warmup": ("40", ["algorithm.name=cfl"]),   # not below rounds = 40: CFL would never split
     "cfl.scale_to_model": ("maybe", ["algorithm.name=cfl"]),
+    "cfl.validation": ("1", ["algorithm.name=cfl"]),   # the share held out must leave examples to train on
     "fedprox.mu": ("-0.01", ["algorithm.name=fedprox"]),
     "fedgroup.groups": ("9", ["algorithm.name=fedgroup"]),      # more groups than 8 clients
     "fedgroup.pretrain_scale": ("0", ["algorithm.name=fedgroup"]),

@@ -18,6 +18,7 @@ from scipy.spatial.distance import squareform
 from fedclust.algorithms.aggregation import check_weights, cluster_average, own, participants
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.registry import register
+from fedclust.data.validation import check_share
 from fedclust.errors import ConfigError
 from fedclust.schema import option
 
@@ -26,6 +27,9 @@ DEFAULT_EPS1 = 0.4
 DEFAULT_EPS2 = 1.6
 DEFAULT_GAMMA_MAX = 0.5
 REFERENCE_ROUND1_NORM = 3.2   # u_1 of the reference code's set-up (docs/algorithms.md, CFL, "Units")
+# Share of a client's training examples it validates on: the reference code's Client(train_frac=0.8)
+DEFAULT_VALIDATION = 0.2
+BEST_OF_LINEAGE = "accuracy_best_of_lineage"   # the round record's key of the best-of-lineage accuracy
 
 
 def update_norms(updates: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,6 +185,9 @@ class CflState:
     reference_norm: float | None  # u_1, mean participant update norm of round 1
     splits: list                  # (round, parent, new cluster) of every split, for the record
     checks: list = field(default_factory=list)  # (round, cluster, α_max^cross, accepted) of every norm-test pass
+    # [S, P] the tree: row s is the model of splits[s]'s parent cluster as it was when it split (the reference
+    # code's server.cache_model), replicated; a client's lineage is :func:`lineage` of its cluster
+    cache: torch.Tensor | None = None
 
 
 def split_cluster(updates: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -195,6 +202,47 @@ def split_cluster(updates: torch.Tensor) -> tuple[torch.Tensor, float]:
     return side, cross_similarity(sim, idx_a, idx_b)
 
 
+def lineage(splits: list, clusters: int) -> torch.Tensor:
+    """Bool ``[clusters, S]``: row k marks the cached models (rows of
+    ``CflState.cache``, one per split, in order) of cluster k's ancestors,
+    from the root down (the clusters k's clients belonged to, each as it
+    was when it split).
+
+    ``splits``: ``(round, parent, new)`` of every split in order; a split
+    keeps the parent's number for one half and gives the other the next
+    number, so the new cluster's lineage is its parent's up to that split."""
+    S = len(splits)
+    member = torch.zeros(clusters, S, dtype=torch.bool)
+    for s, (_, parent, new) in enumerate(splits):   # splits, not clients
+        if not (0 <= parent < clusters and 0 <= new < clusters):
+            raise ValueError(f"split {s} {(parent, new)} names a cluster outside 0..{clusters - 1}")
+        member[new] = member[parent]
+        member[[parent, new], s] = True
+    return member
+
+
+def best_of_lineage(accuracy: torch.Tensor, loss: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """int64 ``[C]``: for each client, the column of ``accuracy [C, M]``
+    (validation accuracy of M candidate models) it takes among ``allowed
+    [C, M]`` (its lineage: cached ancestors, then its own cluster's model
+    last): the highest validation accuracy, as the reference code picks
+    (its notebook marks each client's best cached accuracy); ties go to the
+    lower validation ``loss``, then to the later (more specialised) model,
+    so a client keeps its own cluster's model unless validation says
+    otherwise."""
+    if not (accuracy.shape == loss.shape == allowed.shape and accuracy.dim() == 2):
+        raise ValueError(f"accuracy, loss and allowed must be [C, M] alike, got {tuple(accuracy.shape)}, "
+                         f"{tuple(loss.shape)}, {tuple(allowed.shape)}")
+    if accuracy.shape[0] and not bool(allowed.any(1).all()):
+        raise ValueError("every client needs at least one allowed model (its own cluster's)")
+    acc = accuracy.masked_fill(~allowed, float("-inf"))
+    top = allowed & (acc == acc.max(1, keepdim=True).values)
+    low = loss.masked_fill(~top, float("inf"))
+    top &= low == low.min(1, keepdim=True).values
+    order = torch.arange(1, accuracy.shape[1] + 1, device=accuracy.device)
+    return (top * order).argmax(1)
+
+
 @dataclass
 class CflConfig:
     """The ``cfl`` section."""
@@ -206,6 +254,9 @@ class CflConfig:
     warmup: int = option(20, "rounds before the first split is considered, below rounds (CFL reference code: 20)")
     scale_to_model: bool = option(True, "read eps1 and eps2 in units of the round-1 mean update norm / 3.2 (the "
                                         "reference's)")
+    validation: float = option(DEFAULT_VALIDATION, "share of each client's training images held out (never trained "
+                                                   "on) to pick its best model of its lineage, in [0, 1) (reference "
+                                                   "code: 0.2); 0: none, accuracy_best_of_lineage is null")
 
     def validate(self, cfg) -> None:
         check_thresholds(self.eps1, self.eps2)
@@ -218,6 +269,9 @@ class CflConfig:
         if self.warmup >= cfg.rounds:
             raise ConfigError("cfl.warmup", self.warmup, f"must be below rounds = {cfg.rounds}, or CFL never "
                               "splits; lower cfl.warmup or raise rounds")
+        # the share, and (clients of data.train_size examples) both parts non-empty; a file's clients of their own
+        # sizes are checked when the split is carved
+        check_share(self.validation, cfg.data.train_size, "cfl.validation")
 
 
 @register
@@ -232,6 +286,8 @@ class Cfl(Algorithm):
     report_position = 10
     sections = {"cfl": CflConfig}
     paper_results = {("synthetic", None, 4): (86.60, 0.05)}
+    extra_accuracies = (BEST_OF_LINEAGE,)
+    validation_key = "cfl.validation"
 
     @classmethod
     def from_config(cls, cfg) -> "Cfl":
@@ -243,10 +299,17 @@ class Cfl(Algorithm):
         half each pending client chose (:meth:`plan`)."""
         return self.participation < 1.0
 
+    @property
+    def validation_share(self) -> float:
+        """``cfl.validation``: each client's validation split for the
+        best-of-lineage choice (:meth:`extra_accuracy`)."""
+        return float(self.cfl.validation)
+
     def init(self, ctx: Context) -> CflState:
         n, device = ctx.n, ctx.device
         return CflState(models=ctx.w0.detach().clone()[None], labels=torch.zeros(n, dtype=torch.int64, device=device),
-                        pending=torch.full((n,), -1, dtype=torch.int64, device=device), reference_norm=None, splits=[])
+                        pending=torch.full((n,), -1, dtype=torch.int64, device=device), reference_norm=None, splits=[],
+                        cache=ctx.w0.new_zeros(0, ctx.w0.shape[-1]))
 
     def plan(self, state: CflState, ctx: Context, round_: int, models: torch.Tensor):
         """Every client trains from its cluster's model; a pending client (absent
@@ -286,12 +349,14 @@ class Cfl(Algorithm):
         if reference is None:                                # round 1: u_1
             reference = float(updates[active].norm(dim=1).mean())
         models, pending, splits, checks = state.models, torch.full_like(state.pending, -1), [], []
+        cache = state.cache
         # scaled thresholds with u_1 = 0 (nobody moved in round 1): nothing to split
         if t > self.cfl.warmup and (not self.cfl.scale_to_model or reference > 0):
             models, labels, pending, splits, checks = self.split(t, models, labels, updates, active, reference)
+            cache = torch.cat([cache, state.models[[c for _, c, _ in splits]]])   # each parent as it split
         models = cluster_average(after[active], labels[active], models.shape[0], models)
         state = CflState(models=models, labels=labels, pending=pending, reference_norm=reference,
-                         splits=[*state.splits, *splits], checks=[*state.checks, *checks])
+                         splits=[*state.splits, *splits], checks=[*state.checks, *checks], cache=cache)
         return state, server_result(ctx, models[own(ctx, labels)], labels, received, int(active.sum()))
 
     @staticmethod
@@ -335,3 +400,59 @@ class Cfl(Algorithm):
             models = torch.cat([models, models[c:c + 1]])
             splits.append((t, c, new))
         return models, labels, pending, splits, checks
+
+    # -- the tree at evaluation (the reference code's last cells) ----------
+
+    def extra_accuracy(self, state: CflState, ctx: Context, data, models: torch.Tensor, accuracy: torch.Tensor,
+                       score) -> dict[str, torch.Tensor]:
+        """``accuracy_best_of_lineage``: each of this rank's clients' test
+        accuracy with the model of its lineage (the cached models of its
+        cluster's ancestors, then its own cluster's model ``models``) that
+        :func:`best_of_lineage` picks on its validation split; none without
+        a validation split (``cfl.validation=0``)."""
+        if data.val_x is None:
+            return {}
+        labels = own(ctx, state.labels)
+        tree = lineage(state.splits, state.models.shape[0]).to(labels.device)[labels]
+        allowed = torch.cat([tree, torch.ones(len(labels), 1, dtype=torch.bool, device=labels.device)], dim=1)
+        val_acc, val_loss = lineage_scores(state.cache, models, allowed, data.val_x, data.val_y, data.val_counts,
+                                           score)
+        choice = best_of_lineage(val_acc, val_loss, allowed)
+        return {BEST_OF_LINEAGE: chosen_accuracy(state.cache, choice, accuracy, data, score)}
+
+
+def _rows(x, rows: torch.Tensor):
+    """``x[rows]`` of a per-client tensor or None."""
+    return None if x is None else x[rows]
+
+
+def lineage_scores(cache: torch.Tensor, models: torch.Tensor, allowed: torch.Tensor, x, y, counts, score):
+    """``(accuracy, loss)``, float ``[C, S + 1]``: column s < S the cached
+    model ``cache[s]`` on the validation split (``x``, ``y``, ``counts``) of
+    each client whose lineage holds it (``allowed[:, s]``; 0 elsewhere), the
+    last column each client's own model ``models [C, P]``.  One evaluation
+    per cached model, of its descendants only (a loop over splits, not
+    clients)."""
+    C, S = models.shape[0], cache.shape[0]
+    acc = models.new_zeros(C, S + 1)
+    loss = models.new_zeros(C, S + 1)
+    acc[:, S], loss[:, S] = score(models, x, y, counts)
+    for s in range(S):
+        rows = allowed[:, s].nonzero().flatten()
+        if rows.numel():
+            a, l = score(cache[s].expand(len(rows), -1).contiguous(), x[rows], y[rows], _rows(counts, rows))
+            acc[rows, s], loss[rows, s] = a, l
+    return acc, loss
+
+
+def chosen_accuracy(cache: torch.Tensor, choice: torch.Tensor, accuracy: torch.Tensor, data, score) -> torch.Tensor:
+    """Test accuracy ``[C]`` of each client's chosen model (``choice``: a
+    cache row, or ``S`` for its own model, whose test ``accuracy`` is
+    already known): only the clients that chose a cached model are
+    evaluated again."""
+    out = accuracy.clone()
+    moved = (choice < cache.shape[0]).nonzero().flatten()
+    if moved.numel():
+        out[moved] = score(cache[choice[moved]], data.test_x[moved], data.test_y[moved],
+                           _rows(data.test_counts, moved))[0].to(out.dtype)
+    return out
