@@ -43,6 +43,8 @@ from fedclust.schema import Config, DataConfig
 METRICS = {
     "final_accuracy": ("Final accuracy (%)", 2),
     "best_accuracy": ("Best accuracy (%)", 2),
+    # CFL's best model of each client's lineage, picked on its validation split (docs/algorithms.md, "CFL")
+    "final_accuracy_best_of_lineage": ("Final accuracy, best model of each client's lineage (%)", 2),
     "neighbor_precision": ("Neighbour precision", 3),
     "neighbor_recall": ("Neighbour recall", 3),
     "num_clusters": ("Clusters found", 1),
