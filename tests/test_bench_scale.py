@@ -97,3 +97,10 @@ def test_predict_runs_nothing(capsys):
     assert bench_scale.main(["--predict", "--processes", "2", "--clients", "10,100", *TINY]) == 0
     out = capsys.readouterr().out
     assert "2 process(es)" in out and f"| 100 | {100 * (P + 2) * 4 / 2**20:.1f} |" in out
+
+
+def test_a_two_stage_algorithm_stays_in_stage_one_unless_told():
+    """The timed rounds (and the one after) are stage one, so no round of the bench ends it; an override wins."""
+    assert bench_scale._cfg("configs/fmnist_rotation2.yaml", 100, 2, "panm_grad", []).stage1_rounds == 3
+    assert bench_scale._cfg("configs/fmnist_rotation2.yaml", 100, 2, "panm_grad", ["stage1_rounds=2"]).stage1_rounds == 2
+    assert bench_scale._cfg("configs/fmnist_rotation2.yaml", 100, 2, "random", []).stage1_rounds == 100

@@ -106,9 +106,14 @@ def current_rss() -> int:
 
 
 def _cfg(config: str, clients: int, rounds: int, algorithm: str, overrides: list[str]):
-    # rounds + 1: the timed rounds never end stage one (its end gathers the stage-one counts)
+    # rounds + 1: the timed rounds never end stage one (its end gathers the stage-one counts); a two-stage
+    # algorithm's stage one covers them all unless the overrides say otherwise
+    registry.load_builtin()
+    stages = [] if any(o.startswith("stage1_rounds=") for o in overrides) or algorithm not in registry.names() \
+        or not registry.get(algorithm).needs_stages else [f"stage1_rounds={rounds + 1}"]
     return load_config(config or None, [f"algorithm.name={algorithm}", "data.share_images=true", f"clients={clients}",
-                                        f"rounds={rounds + 1}", "figures=false", "progress=false", *overrides])
+                                        f"rounds={rounds + 1}", "figures=false", "progress=false", *stages,
+                                        *overrides])
 
 
 def input_bytes(cfg) -> int:
