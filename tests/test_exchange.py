@@ -2,7 +2,7 @@
 average and PANMGrad's similarity read the gathered models a block at a
 time and give what the whole models give; the block size follows the
 budget; algorithms that need whole peer models are refused; and runs with
-blocks are identical on 1 and 2 processes and equal to runs without."""
+blocks are identical on 1 and 2 processes, resume exactly, and equal runs without."""
 
 from __future__ import annotations
 
@@ -119,13 +119,17 @@ def test_a_budget_below_one_column_is_refused(monkeypatch):
 @pytest.mark.parametrize("name", ["random", "panm_grad"])
 def test_runs_with_blocks_are_identical_on_one_and_two_processes_and_match_runs_without(tmp_path, name):
     from run_files import results
-    from test_resume import assert_same_run, launch, overrides
+    from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
 
     budget = "exchange_mb=0.1"   # 8 synthetic-MLP clients (54,410 weights): dozens of blocks a pass
     for nproc in (1, 2):
         proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", budget))
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert_same_run(tmp_path / "p1", tmp_path / "p2")
+    if name == "panm_grad":   # a run killed on 2 processes (checkpoint at round 4) resumes on 1 to the same end
+        killed_run(2, name, tmp_path / "killed", budget)
+        sub_run(name, tmp_path / "killed", budget)
+        assert_same_run(tmp_path / "p1", tmp_path / "killed")
     whole = launch(1, overrides(name, tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr[-3000:]
     (blocked, sb), (plain, sp) = results(tmp_path / "p1"), results(tmp_path / "whole")
