@@ -9,9 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import slurm_cluster as sc
 import wandb_offline as wo
 from run_files import metrics, summary
+
+# One cluster for all of them: one pytest-xdist worker (--dist loadgroup), marked here at collection so that the
+# grouping does not depend on the order in which conftest's and xdist's collection hooks run.
+pytestmark = pytest.mark.xdist_group("slurm")
 
 ROOT = sc.ROOT
 # Slow enough (~0.1 s a round) that a signal lands mid-run, fast enough for the tests.

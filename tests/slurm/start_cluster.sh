@@ -19,6 +19,9 @@ dir=${1:?usage: start_cluster.sh [--stop] DIR}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 conf="$dir/slurm.conf"
+# One start or stop at a time: test workers that reach the cluster together must not race to start munged or
+# slurmctld (a second munged fails to bind the socket; a second slurmctld -c wipes the first one's queue).
+if command -v flock >/dev/null; then exec 9>"$dir.lock"; flock 9; fi
 
 kill_pidfile() {
   local f=$1
