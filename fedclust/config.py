@@ -86,8 +86,7 @@ def check_exchange(cfg: Config, algorithm) -> None:
         raise ConfigError("exchange_mb", cfg.exchange_mb,
                           f"{cfg.algorithm.name} reads whole models of other clients (their losses on a client's "
                           f"data, a server's averages, pairs of models), so its exchange cannot go in column "
-                          f"blocks; set "
-                          f"exchange_mb=0, or use one of: {able}")
+                          f"blocks; set exchange_mb=0, or use one of: {able}")
     local, nodes = world_from_env()
     world, parts = local * nodes, 2 if algorithm.gathers_before else 1
     if exchange_columns(cfg.exchange_mb, cfg.clients, world, parts) < 1:

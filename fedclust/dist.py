@@ -187,7 +187,7 @@ class ColumnBlocks:
     at a time, one all-gather per block, so that a rank never holds more
     than one ``[n, columns]`` block of each part.  Each pass over
     :meth:`blocks` gathers anew; ``passes`` counts the columns gathered, in
-    units of P, for the bench."""
+    units of P (what a pass costs the exchange)."""
 
     def __init__(self, fabric, parts: dict[str, torch.Tensor], n: int, columns: int, collective=None):
         widths = {p.shape[1] for p in parts.values()}

@@ -82,7 +82,7 @@ class Setup:
     algo: Algorithm
     settings: TrainSettings      # the lr of round 1; round t's is derived from it
     stage1_end: int
-    columns: int = 0             # the exchange's column block (config exchange_mb, several processes); 0: whole
+    columns: int = 0             # the exchange's column block (config exchange_mb); 0: whole models at once
 
     def collective(self, t: int, fn, *args):
         """Run a collective; with several ranks, a failure or timeout becomes

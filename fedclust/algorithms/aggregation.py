@@ -56,6 +56,15 @@ def neighbor_indices(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return idx, valid
 
 
+def indices_mask(idx: torch.Tensor, keep: torch.Tensor, n: int) -> torch.Tensor:
+    """Bool ``[C, n]`` True at ``idx[c, s]`` where ``keep[c, s]``: the inverse
+    of :func:`neighbor_indices` (entries not kept, padding included, set nothing)."""
+    out = torch.zeros(idx.shape[0], n, dtype=torch.bool, device=idx.device)
+    rows = torch.arange(idx.shape[0], device=idx.device)[:, None].expand_as(idx)
+    out[rows[keep], idx[keep]] = True
+    return out
+
+
 def gossip_bags(neighbors: torch.Tensor, self_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(bags, offsets) of :func:`sparse_gossip`: each client's own row, then
     its neighbours' by increasing index, as one flat ``embedding_bag`` input."""
@@ -80,12 +89,9 @@ def gossip_columns(neighbors: torch.Tensor, self_mask: torch.Tensor, exchange) -
     same mean of the same rows, column for column, so the result equals
     :func:`sparse_gossip` of the whole models bit for bit."""
     bags, offsets = gossip_bags(neighbors, self_mask)
-    out = None
+    out = exchange.parts["after"].new_empty(len(offsets), exchange.width)
     for start, stop, cols in exchange.blocks(("after",)):   # column blocks: one gather each
-        part = torch.nn.functional.embedding_bag(bags, cols["after"], offsets, mode="mean")
-        if out is None:
-            out = part.new_empty(part.shape[0], exchange.width)
-        out[:, start:stop] = part
+        out[:, start:stop] = torch.nn.functional.embedding_bag(bags, cols["after"], offsets, mode="mean")
     return out
 
 

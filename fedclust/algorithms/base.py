@@ -69,7 +69,7 @@ class RoundView:
     after: torch.Tensor                 # [C, P] after local training
     all_after: torch.Tensor             # [n, P] every client's model after local training
     all_before: torch.Tensor | None = None  # [n, P], only if the algorithm sets gathers_before
-    # The exchange in column blocks (config exchange_mb, several processes): all_after and all_before are None
+    # The exchange in column blocks (config exchange_mb, one process too): all_after and all_before are None
     # and the algorithm reads the gathered models a block at a time (fedclust.dist.ColumnBlocks).
     columns: Any = None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.aggregation import neighbor_indices
+from fedclust.algorithms.aggregation import indices_mask, neighbor_indices
 
 
 def top_k_in_mask(similarity: torch.Tensor, allowed: torch.Tensor, k: int) -> torch.Tensor:
@@ -33,10 +33,8 @@ def top_k_in_mask(similarity: torch.Tensor, allowed: torch.Tensor, k: int) -> to
     order = torch.sort(sim, dim=1, descending=True, stable=True).indices
     first = torch.sort(valid.gather(1, order).to(torch.int8), dim=1, descending=True, stable=True).indices
     pick = order.gather(1, first[:, :min(k, idx.shape[1])])
-    real = valid.gather(1, pick)                              # padding is picked only by rows with < k entries
-    rows = torch.arange(C, device=allowed.device)[:, None].expand_as(pick)
-    out[rows[real], idx.gather(1, pick)[real]] = True
-    return out
+    # padding is picked only by rows with fewer than k entries, and sets nothing
+    return indices_mask(idx.gather(1, pick), valid.gather(1, pick), n)
 
 
 def draw_candidates(seed: int, round_: int, client_ids: torch.Tensor, self_mask: torch.Tensor, l: int,

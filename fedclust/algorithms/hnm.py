@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.aggregation import neighbor_indices
+from fedclust.algorithms.aggregation import indices_mask, neighbor_indices
 
 MAX_EM_STEPS = 100
 VAR_FLOOR_REL = 1e-3    # variance floor: this share of the row's overall variance ...
@@ -120,13 +120,6 @@ def hnm_draw(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.
     return cand, sample
 
 
-def pack_rows(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Column indices ``[C, m]`` of each row's True entries (first, in index
-    order), m = the largest row count, and the ``[C, m]`` validity mask
-    (padding points at column 0: read it only where valid)."""
-    return neighbor_indices(mask)
-
-
 def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor,
                similarity: torch.Tensor, **em_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """One HNM step (PANM paper Eq. 18): ``(new N [C, n], failed [C])``.
@@ -137,7 +130,7 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
     unchanged and ``failed`` is True.
     """
     pool = cand | sample
-    idx, valid = pack_rows(pool)
+    idx, valid = neighbor_indices(pool)   # padding points at column 0: read only where valid
     if idx.shape[1] == 0:
         return neighbors.clone(), torch.ones(neighbors.shape[0], dtype=torch.bool, device=neighbors.device)
     # The EM is a loop of tiny steps ([C, 2l] values) with a convergence check each step: on a GPU that is
@@ -146,10 +139,7 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
     res = em_two_gaussians(similarity.gather(1, idx).to(host), valid.to(host),
                            (sample.gather(1, idx) & valid).to(host), **em_kwargs)
     res_high, res_empty = res.high.to(neighbors.device), res.empty.to(neighbors.device)
-    high = torch.zeros_like(neighbors)
-    keep = res_high & valid
-    high[torch.arange(len(idx), device=idx.device)[:, None].expand_as(idx)[keep], idx[keep]] = True
-    high &= pool
+    high = indices_mask(idx, res_high & valid, neighbors.shape[1])   # idx holds pool entries only
     updated = (neighbors & ~sample) | high
     return torch.where(res_empty[:, None], neighbors, updated), res_empty
 
