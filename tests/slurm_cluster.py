@@ -34,7 +34,7 @@ def start() -> dict:
 
 
 def stop() -> None:
-    subprocess.run(["bash", str(START), "--stop", str(CLUSTER_DIR)], capture_output=True, timeout=120)
+    subprocess.run(["bash", str(START), "--stop", str(CLUSTER_DIR)], capture_output=True, timeout=300)
 
 
 def sbatch(env: dict, *args: str, wait: bool = False, timeout: float = 600) -> tuple[subprocess.CompletedProcess, str]:

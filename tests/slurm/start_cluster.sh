@@ -21,7 +21,9 @@ dir=$(cd "$dir" && pwd)
 conf="$dir/slurm.conf"
 # One start or stop at a time: test workers that reach the cluster together must not race to start munged or
 # slurmctld (a second munged fails to bind the socket; a second slurmctld -c wipes the first one's queue).
-if command -v flock >/dev/null; then exec 9>"$dir.lock"; flock 9; fi
+# The daemons started below must not inherit the lock's descriptor (9>&-): they would hold the lock for their
+# lifetime and the next stop would wait on it for ever.
+if command -v flock >/dev/null; then exec 9>"$dir.lock"; flock -w 240 9 || { echo "Slurm cannot start: $dir.lock held for 240 s" >&2; exit 3; }; fi
 
 kill_pidfile() {
   local f=$1
@@ -98,20 +100,20 @@ if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
       dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 2>/dev/null
     chown munge:munge /etc/munge/munge.key 2>/dev/null || true; chmod 400 /etc/munge/munge.key
   fi
-  munged --force 2>"$dir/munged.err" || { echo "Slurm cannot start: munged failed: $(cat "$dir/munged.err")" >&2; exit 3; }
+  munged --force 2>"$dir/munged.err" 9>&- || { echo "Slurm cannot start: munged failed: $(cat "$dir/munged.err")" >&2; exit 3; }
   for _ in $(seq 50); do munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
   munge -n </dev/null | unmunge >/dev/null 2>&1 || { echo "Slurm cannot start: munged does not answer" >&2; exit 3; }
 fi
 
 start_slurmd() {
-  slurmd -f "$conf" -c || { echo "Slurm cannot start: slurmd failed; $dir/slurmd.log: $(tail -5 "$dir/slurmd.log" 2>/dev/null)" >&2; exit 3; }
+  slurmd -f "$conf" -c 9>&- || { echo "Slurm cannot start: slurmd failed; $dir/slurmd.log: $(tail -5 "$dir/slurmd.log" 2>/dev/null)" >&2; exit 3; }
 }
 # A cluster of this DIR already up answers sinfo: keep it, starting its node daemon again if that one is gone
 # (an earlier run's controller outlived its slurmd: the node would stay "not responding").
 if ! timeout 10 sinfo -h >/dev/null 2>&1; then
   kill_pidfile "$dir/slurmd.pid"
   kill_pidfile "$dir/slurmctld.pid"
-  slurmctld -f "$conf" -c -i || { echo "Slurm cannot start: slurmctld failed; $dir/slurmctld.log: $(tail -5 "$dir/slurmctld.log" 2>/dev/null)" >&2; exit 3; }
+  slurmctld -f "$conf" -c -i 9>&- || { echo "Slurm cannot start: slurmctld failed; $dir/slurmctld.log: $(tail -5 "$dir/slurmctld.log" 2>/dev/null)" >&2; exit 3; }
   start_slurmd
 elif ! { [[ -s "$dir/slurmd.pid" ]] && kill -0 "$(cat "$dir/slurmd.pid")" 2>/dev/null; }; then
   rm -f "$dir/slurmd.pid"
