@@ -272,7 +272,7 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     algorithm uses them) -> aggregate.  Updates ``state`` in place."""
     cfg, algo, ctx = s.cfg, s.algo, s.ctx
     t0 = time.time()
-    settings = dataclasses.replace(s.settings, lr=cfg.train.lr * cfg.train.lr_decay ** (t - 1))
+    settings = dataclasses.replace(s.settings, lr=cfg.train.round_lr(t))
     algo_state, plan = algo.plan(state.algo_state, ctx, t, state.flat)
     flat = state.flat if plan.start is state.flat else plan.start.contiguous().clone()  # trained in place
     before = flat.clone() if algo.gathers_before else None

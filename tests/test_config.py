@@ -130,6 +130,7 @@ OUT_OF_RANGE = {
     "data.synthetic_inputs": ("mixed", SYNTHETIC),
     "train.lr": ("0", []),
     "train.lr_decay": ("2", []),
+    "train.lr_decay_every": ("0", []),
     "train.momentum": ("1", []),
     "train.batch_size": ("0", []),
     "train.local_epochs": ("0", []),
@@ -175,6 +176,8 @@ OUT_OF_RANGE = {
     "fpfc.rho": ("8", ["algorithm.name=fpfc"]),     # not above max(2*2/0.5, 2/2.7) = 8
     "fpfc.nu": ("-1", ["algorithm.name=fpfc"]),
     "fpfc.scale_to_model": ("maybe", ["algorithm.name=fpfc"]),
+    "fpfc.mode": ("authors", ["algorithm.name=fpfc"]),
+    "fpfc.evaluate": ("mean", ["algorithm.name=fpfc"]),
     "ifca.clusters": ("0", ["algorithm.name=ifca"]),
     "ifca.restarts": ("0", ["algorithm.name=ifca"]),
     "ifca.restart_rounds": ("0", ["algorithm.name=ifca"]),      # 3 restarts by default

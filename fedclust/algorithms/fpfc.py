@@ -8,6 +8,7 @@ fedclust runs, its keys and why: docs/algorithms.md, "FPFC".
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,12 +21,18 @@ from fedclust.algorithms.registry import register
 from fedclust.dist import CHECKPOINT_BLOCK_BYTES, available_memory, world_from_env
 from fedclust.errors import ConfigError
 from fedclust.models import parameter_count
-from fedclust.schema import finite, option
+from fedclust.schema import finite, one_of, option
 
 # Pairs per chunk × P at most this (4 MB per float32 buffer, or one pair): on 2 CPU cores with 40 MLP clients a
 # compact round took 0.9 s with 2^20 against 2.8 s with 2^24, whose 64 MB buffers are fresh mappings faulted in
 # at every chunk, and peaked 0.25 GB lower.
 CHUNK_ELEMENTS = 2**20
+
+# fpfc.mode: "paper" runs Algorithm 1 as the paper states it and enforces Theorem 1; "official" runs it as the
+# authors' code (github.com/xueyu-ubc/FPFC) does (docs/algorithms.md, FPFC, "As its official code runs it").
+MODES = ("paper", "official")
+# fpfc.evaluate: what a client holds and is evaluated with (docs/algorithms.md, FPFC).
+EVALUATE = ("cluster", "own", "own_then_cluster")
 
 
 # ----------------------------------------------------------------------------
@@ -56,19 +63,40 @@ def theorem1_rho_bound(lam: float, a: float, xi: float) -> float:
     return max(2.0 * float(lam) / float(xi), 2.0 / (float(a) - 1.0))
 
 
+def theorem1_breach(lam: float, a: float, xi: float, rho: float) -> str | None:
+    """What is wrong with ρ under FPFC paper Theorem 1's
+    ``ρ > max(2λ/ξ, 2/(a − 1))``, naming the values and the fix; None when
+    it holds.  λ, a and ξ must already pass :func:`check_penalty`."""
+    bound = theorem1_rho_bound(lam, a, xi)
+    if float(rho) > bound and float(rho) < float("inf"):
+        return None
+    return (f"FPFC paper Theorem 1 needs rho > max(2*lam/xi, 2/(a-1)) = max({2 * lam / xi:.4g}, "
+            f"{2 / (a - 1):.4g}) = {bound:.4g} for lam = {lam}, xi = {xi}, a = {a}; raise fpfc.rho above "
+            f"{bound:.4g}, or raise fpfc.xi (at most lam) to lower the bound")
+
+
 def check_theorem1(lam: float, a: float, xi: float, rho: float) -> None:
     """Refuse hyperparameters outside FPFC paper Theorem 1: λ > 0, a > 1,
     0 < ξ < λ and ``ρ > max(2λ/ξ, 2/(a − 1))`` (ConfigError naming the
     field, the value and the fix).  ``ρ > 2/(a − 1)`` implies the θ-step's
     ``ρ(a − 1) > 1``."""
     check_penalty(lam, a, xi)
-    bound = theorem1_rho_bound(lam, a, xi)
-    if not (float(rho) > bound and float(rho) < float("inf")):
-        raise ConfigError(
-            "fpfc.rho", rho,
-            f"FPFC paper Theorem 1 needs rho > max(2*lam/xi, 2/(a-1)) = max({2 * lam / xi:.4g}, "
-            f"{2 / (a - 1):.4g}) = {bound:.4g} for lam = {lam}, xi = {xi}, a = {a}; raise fpfc.rho above "
-            f"{bound:.4g}, or raise fpfc.xi (at most lam) to lower the bound")
+    breach = theorem1_breach(lam, a, xi, rho)
+    if breach:
+        raise ConfigError("fpfc.rho", rho, breach)
+
+
+def check_official(lam: float, a: float, xi: float, rho: float) -> str | None:
+    """``fpfc.mode=official``: refuse what the math needs (:func:`check_penalty`,
+    the θ-step's ``ρ(a − 1) > 1`` included), and return the warning, naming the
+    values, when Theorem 1 is broken (None when it holds): the official code
+    itself runs ρ = 1 with λ = 0.6, ξ = 1e-3, where the theorem asks ρ > 1200."""
+    check_penalty(lam, a, xi, rho)
+    breach = theorem1_breach(lam, a, xi, rho)
+    if breach is None:
+        return None
+    return (f"fpfc.rho = {rho}: {breach}. fpfc.mode=official runs it anyway, as the authors' code does "
+            f"(rho = 1); the convergence guarantee of Theorem 1 does not cover this run")
 
 
 def scad(t: torch.Tensor, lam: float, a: float) -> torch.Tensor:
@@ -248,8 +276,9 @@ def theta_norm_matrix(theta: torch.Tensor, n: int) -> torch.Tensor:
     return out
 
 
-def clusters_from_theta(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
-    """Clusters of FPFC paper: i ~ j when ``‖θ_ij‖ ≤ ν``; the clusters are the
+def clusters_from_theta(theta_norms: torch.Tensor, nu: float, strict: bool = False) -> torch.Tensor:
+    """Clusters of FPFC paper: i ~ j when ``‖θ_ij‖ ≤ ν`` (``strict``: ``< ν``,
+    as the authors' code reads them, ``fpfc.mode=official``); the clusters are the
     connected components of that graph → int64 ``[n]`` labels, numbered by
     smallest member (client 0 is in cluster 0).
 
@@ -265,7 +294,7 @@ def clusters_from_theta(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
         raise ValueError(f"theta_norms must be square [n, n], got {tuple(theta_norms.shape)}")
     if not float(nu) >= 0:
         raise ConfigError("fpfc.nu", nu, "FPFC's cluster threshold must be >= 0 (paper: in [xi, 0.5])")
-    adj = (theta_norms <= nu).triu(1).cpu().numpy()
+    adj = (theta_norms < nu if strict else theta_norms <= nu).triu(1).cpu().numpy()
     _, comp = connected_components(csr_matrix(adj), directed=False)
     # relabel by first occurrence so that numbering follows the smallest member
     _, first = np.unique(comp, return_index=True)
@@ -363,7 +392,8 @@ def compact_pair_update(
 
 
 def pair_bounds(omega: torch.Tensor, mean: torch.Tensor, ratio: torch.Tensor, norms: torch.Tensor,
-                updated: torch.Tensor, owner: torch.Tensor, partner: torch.Tensor, rho: float) -> torch.Tensor:
+                updated: torch.Tensor, owner: torch.Tensor, partner: torch.Tensor, rho: float,
+                again: torch.Tensor | None = None) -> torch.Tensor:
     """Float64 ``[E]``: a bound on every coordinate of each pair's ζ term
     ``u = θ − v/ρ = (1 − c/ρ)·θ`` after this round's step, from what every
     rank holds (ω, and c and ‖θ‖ of every pair), so that all ranks compute it
@@ -372,11 +402,16 @@ def pair_bounds(omega: torch.Tensor, mean: torch.Tensor, ratio: torch.Tensor, no
     An updated pair's ``u' = (2t − 1)·δ`` with ``t ∈ (0, 1]``, so
     ``|u'_p| ≤ |δ_p| ≤ |ω_ip − ω_jp| + |c|/ρ·‖θ‖ ≤ a_i + a_j + |c|/ρ·‖θ‖`` with
     ``a_i = max_p |ω_ip − mean_p|``; a pair kept as it is has
-    ``|u_p| ≤ |1 − c/ρ|·‖θ‖``.  Float rounding is left to :func:`zeta_units`'
-    margin."""
+    ``|u_p| ≤ |1 − c/ρ|·‖θ‖``.  A pair stepped a second time (``again``,
+    :func:`shard_sweep_`) has ``δ₂ = ω_i − ω_j + (1 − t₁)·δ₁``, so ``|u''_p| ≤
+    |δ₂_p| ≤ 2(a_i + a_j) + |c|/ρ·‖θ‖``.  Float rounding is left to
+    :func:`zeta_units`' margin."""
     dev = (omega - mean).abs_().amax(dim=1).to(torch.float64)       # a_i
     kept = (1 - ratio / rho).abs() * norms
-    moved = dev[owner] + dev[partner] + (ratio / rho).abs() * norms
+    spread = dev[owner] + dev[partner]
+    moved = spread + (ratio / rho).abs() * norms
+    if again is not None:
+        moved = torch.where(again, moved + spread, moved)
     return torch.where(updated, moved, kept)
 
 
@@ -416,24 +451,27 @@ def add_zeta_terms_(acc: torch.Tensor, theta: torch.Tensor, coef: torch.Tensor, 
 
 def _sweep_(omega: torch.Tensor, theta: torch.Tensor, ratio: torch.Tensor, norms: torch.Tensor,
             owner: torch.Tensor, partner: torch.Tensor, updated: torch.Tensor, adds: torch.Tensor,
-            unit: torch.Tensor, acc: torch.Tensor, lam: float, a: float, xi: float, rho: float, step: int) -> None:
+            unit: torch.Tensor, acc: torch.Tensor, lam: float, a: float, xi: float, rho: float, step: int,
+            again: torch.Tensor | None = None) -> None:
     """One pass over some pairs ``[M]``: the server step for the ``updated``
-    ones (``theta [M, P]``, ``ratio``, ``norms [M]`` in place) and the ζ terms
-    of the pairs in ``adds`` into ``acc``; chunks of ``step`` pairs."""
+    ones (``theta [M, P]``, ``ratio``, ``norms [M]`` in place), a second step
+    for those in ``again`` (a subset of ``updated``; None: none), and the ζ
+    terms of the pairs in ``adds`` into ``acc``; chunks of ``step`` pairs."""
     todo = torch.nonzero(updated | adds).flatten()
     for start in range(0, todo.numel(), step):   # chunks of pairs, not clients
         e = todo[start:start + step]
-        th, up, keep = theta[e], updated[e], adds[e]
-        if bool(up.all()):
-            th, ratio[e], norms[e] = compact_pair_update(omega[owner[e]], omega[partner[e]], th, ratio[e],
-                                                         lam, a, xi, rho)
-            theta[e] = th
-        elif bool(up.any()):
-            u = e[up]
-            th_new, ratio[u], norms[u] = compact_pair_update(omega[owner[u]], omega[partner[u]], th[up], ratio[u],
+        th, keep = theta[e], adds[e]
+        for up in (updated[e],) if again is None else (updated[e], again[e]):
+            if bool(up.all()):
+                th, ratio[e], norms[e] = compact_pair_update(omega[owner[e]], omega[partner[e]], th, ratio[e],
                                                              lam, a, xi, rho)
-            theta[u] = th_new
-            th[up] = th_new
+                theta[e] = th
+            elif bool(up.any()):
+                u = e[up]
+                th_new, ratio[u], norms[u] = compact_pair_update(omega[owner[u]], omega[partner[u]], th[up],
+                                                                 ratio[u], lam, a, xi, rho)
+                theta[u] = th_new
+                th[up] = th_new
         if bool(keep.all()):
             add_zeta_terms_(acc, th, 1 - ratio[e] / rho, unit[e], owner[e], partner[e])
         elif bool(keep.any()):
@@ -444,7 +482,7 @@ def _sweep_(omega: torch.Tensor, theta: torch.Tensor, ratio: torch.Tensor, norms
 def shard_sweep_(
     omega: torch.Tensor, theta_rows: torch.Tensor, theta_diam: torch.Tensor, ratio: torch.Tensor,
     norms: torch.Tensor, first: int, active: torch.Tensor | None,
-    lam: float, a: float, xi: float, rho: float, chunk_pairs: int | None = None,
+    lam: float, a: float, xi: float, rho: float, chunk_pairs: int | None = None, twice: bool = False,
 ) -> torch.Tensor:
     """One rank's part of the server step of FPFC paper Algorithm 1 in the
     compact layout; :func:`sum_over_ranks` of what it returns, then
@@ -456,7 +494,11 @@ def shard_sweep_(
     pair's c and ‖θ‖ in :func:`slot_pairs`' order, replicated): updated in
     place for the pairs this rank steps (its rows and the diametric pairs).
     ``active`` bool ``[n]`` (None: everyone): pairs with at least one active
-    end are stepped.  Returns the float64 buffer ``[n·P + 2·n·K]``: this rank's
+    end are stepped.  ``twice``: pairs with both ends active are stepped
+    twice, as the authors' code does (``fpfc.mode=official``: its server loops
+    over the participants i and every j, so such a pair is stepped from i's
+    side, then from j's; θ's step is odd in δ, so the second is one more
+    step of the same pair).  Returns the float64 buffer ``[n·P + 2·n·K]``: this rank's
     exact partial ζ sums (its rows' pairs, and the diametric pairs its
     clients own) and its rows' new c and ‖θ‖ (zeros elsewhere).
     """
@@ -474,19 +516,22 @@ def shard_sweep_(
     elif active.shape != (n,) or active.dtype != torch.bool:
         raise ValueError(f"active must be a bool [{n}] mask, got {active.dtype} {tuple(active.shape)}")
     updated = active[owner] | active[partner]
+    again = active[owner] & active[partner] if twice else None
     mean = omega.mean(dim=0)
-    unit_client = zeta_units(n, pair_bounds(omega, mean, ratio, norms, updated, owner, partner, rho), owner, partner)
+    unit_client = zeta_units(n, pair_bounds(omega, mean, ratio, norms, updated, owner, partner, rho, again),
+                             owner, partner)
     unit = torch.maximum(unit_client[owner], unit_client[partner])
     buffer = torch.zeros(n * P + 2 * n * K, dtype=torch.float64, device=omega.device)
     acc = buffer[:n * P].view(n, P)
     step = _chunk(P, chunk_pairs)
     rows = slice(first * K, (first + C) * K)
     _sweep_(omega, theta_rows.view(C * K, P), ratio[rows], norms[rows], owner[rows], partner[rows], updated[rows],
-            torch.ones(C * K, dtype=torch.bool, device=omega.device), unit[rows], acc, lam, a, xi, rho, step)
+            torch.ones(C * K, dtype=torch.bool, device=omega.device), unit[rows], acc, lam, a, xi, rho, step,
+            None if again is None else again[rows])
     diam = slice(n * K, E)   # every rank steps them alike; the rank of the owner adds their terms
     mine = (owner[diam] >= first) & (owner[diam] < first + C)
     _sweep_(omega, theta_diam, ratio[diam], norms[diam], owner[diam], partner[diam], updated[diam], mine,
-            unit[diam], acc, lam, a, xi, rho, step)
+            unit[diam], acc, lam, a, xi, rho, step, None if again is None else again[diam])
     stats = buffer[n * P:].view(2, n * K)
     stats[0, rows], stats[1, rows] = ratio[rows], norms[rows]
     return buffer
@@ -578,6 +623,19 @@ def from_literal(theta: torch.Tensor, v: torch.Tensor, n: int, first: int, count
     return own.view(count, K, P), diam, ratio, norms
 
 
+def held_models(ctx: Context, omega: torch.Tensor, labels: torch.Tensor, evaluate: str, last_round: bool) -> torch.Tensor:
+    """``[C, P]`` the models this rank's clients hold, and are evaluated with,
+    after a round (``fpfc.evaluate``): ``cluster``, its cluster's mean model
+    (:func:`cluster_models`, every round); ``own``, its own ω_i (the authors'
+    MNIST/FMNIST code never reads clusters); ``own_then_cluster``, its own ω_i
+    and, in the run's last round, its cluster's mean (the authors' Synthetic
+    code reads the clusters once, after its last server step).  Only what is
+    evaluated changes: every client trains from its own ω_i."""
+    if evaluate == "own" or (evaluate == "own_then_cluster" and not last_round):
+        return own(ctx, omega)
+    return cluster_models(omega, labels)[own(ctx, labels)]
+
+
 # ----------------------------------------------------------------------------
 # Round object
 
@@ -643,9 +701,23 @@ class FpfcConfig:
                               "paper Theorem 1)")
     nu: float = option(0.5, "||theta_ij|| <= nu puts i and j in one cluster, >= 0 (paper: in [xi, 0.5])")
     scale_to_model: bool = option(True, "read lam, xi and nu in units of round 1's mean update norm")
+    mode: str = option("paper", "paper: Algorithm 1 as the paper states it, Theorem 1 enforced; official: as the "
+                                "authors' code runs it (Theorem 1 only warned about, pairs with both ends "
+                                "participating stepped twice, clusters where ||theta_ij|| < nu)")
+    evaluate: str = option("cluster", "what a client holds and is evaluated with: cluster (its cluster's mean "
+                                      "model), own (its own omega_i; the official MNIST/FMNIST code), "
+                                      "own_then_cluster (own omega_i, its cluster's mean in the last round; the "
+                                      "official Synthetic code)")
 
     def validate(self, cfg) -> None:
-        check_theorem1(self.lam, self.a, self.xi, self.rho)
+        one_of("fpfc.mode", self.mode, set(MODES), "paper (Theorem 1 enforced) or official (as the authors' code)")
+        one_of("fpfc.evaluate", self.evaluate, set(EVALUATE), "the model a client holds and is evaluated with")
+        if self.mode == "official":
+            warning = check_official(self.lam, self.a, self.xi, self.rho)
+            if warning:
+                print(f"fedclust: warning: {warning}", file=sys.stderr)
+        else:
+            check_theorem1(self.lam, self.a, self.xi, self.rho)
         finite("fpfc.nu", self.nu, "the cluster threshold must be a finite number >= 0 (paper: in [xi, 0.5])",
                strict=False)
         check_fpfc_memory(cfg)
@@ -686,6 +758,7 @@ class Fpfc(Algorithm):
 
     fpfc: FpfcConfig = field(default_factory=FpfcConfig)
     participation: float = 1.0
+    rounds: int = 0            # the run's last round (fpfc.evaluate=own_then_cluster reads the clusters there)
 
     name = "fpfc"
     report_position = 13
@@ -694,7 +767,7 @@ class Fpfc(Algorithm):
 
     @classmethod
     def from_config(cls, cfg) -> "Fpfc":
-        return cls(cfg.fpfc, cfg.participation)
+        return cls(cfg.fpfc, cfg.participation, cfg.rounds)
 
     def init(self, ctx: Context) -> FpfcState:
         """ω_i^0 all equal (w0), ζ_i^0 = ω_i^0, θ^0 = 0, v^0 = 0 (c = 0)."""
@@ -717,8 +790,9 @@ class Fpfc(Algorithm):
         """Participants' ω become their trained models; then each rank steps
         its clients' pairs and the diametric ones (:func:`shard_sweep_`), one
         all-reduce sums the exact ζ terms and shares every pair's c and ‖θ‖,
-        and every rank reads the clusters off ‖θ_ij‖ ≤ ν.  A client holds, and
-        is evaluated with, its cluster's mean model."""
+        and every rank reads the clusters off ‖θ_ij‖ ≤ ν (< ν in official
+        mode).  A client holds, and is evaluated with, the model
+        ``fpfc.evaluate`` names (:func:`held_models`)."""
         f, after = self.fpfc, view.all_after
         active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device)
         scale = state.scale
@@ -730,16 +804,16 @@ class Fpfc(Algorithm):
         lam, xi, nu = f.lam * scale, f.xi * scale, f.nu * scale
         omega = torch.where(active[:, None], after, state.omega)
         first, count = ctx.own_rows.start, len(ctx.client_ids)
+        official = f.mode == "official"
         buffer = shard_sweep_(omega, state.theta_rows, state.theta_diam, state.ratio, state.norms, first, active,
-                              lam, f.a, xi, f.rho)
+                              lam, f.a, xi, f.rho, twice=official)
         zeta_own = shard_finish(sum_over_ranks(buffer), omega, state.ratio, state.norms, first, count)
         del buffer
-        labels = clusters_from_theta(slot_norm_matrix(state.norms, ctx.n), nu)
-        centres = cluster_models(omega, labels)
+        labels = clusters_from_theta(slot_norm_matrix(state.norms, ctx.n), nu, strict=official)
+        held = held_models(ctx, omega, labels, f.evaluate, last_round=view.round == self.rounds)
         state = FpfcState(omega=omega, zeta=zeta_own, theta_rows=state.theta_rows, theta_diam=state.theta_diam,
                           ratio=state.ratio, norms=state.norms, scale=scale, labels=labels)
-        return state, server_result(ctx, centres[own(ctx, labels)], labels, active.to(torch.float64),
-                                    int(active.sum()))
+        return state, server_result(ctx, held, labels, active.to(torch.float64), int(active.sum()))
 
     def load_state_dict(self, ctx: Context, saved: dict) -> FpfcState:
         """The state from a checkpoint, built from the saved tensors alone (no

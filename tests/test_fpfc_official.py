@@ -1,0 +1,280 @@
+"""FPFC as its authors' official code runs it (``fpfc.mode=official``, issue
+21 part 4; docs/algorithms.md, FPFC): the server loop of the code
+(github.com/xueyu-ubc/FPFC, Synthetic/FLAlgorithms/FPFC.py), written here
+plainly over dense ``[n, n, P]`` θ and V, against fedclust's compact state;
+Theorem 1 warned about, not refused; the strict cluster threshold; what a
+client holds; the step learning-rate schedule (``train.lr_decay_every``)."""
+
+import json
+
+import pytest
+import torch
+
+from fedclust.algorithms import fpfc
+from fedclust.algorithms.aggregation import participants
+from fedclust.algorithms.base import Context, RoundView
+from fedclust.config import load_config
+from fedclust.dist import shard_bounds
+from fedclust.errors import ConfigError
+from fedclust.schema import TrainConfig
+
+# the official Synthetic setting: rho = 1 hard-coded, lambda = 0.6, xi = 10e-4, a = 3.7
+LAM, A, XI, RHO = 0.6, 3.7, 1e-3, 1.0
+KNOTS = (XI + LAM / RHO, LAM + LAM / RHO, A * LAM)   # the four pieces of the theta-step
+
+
+def official_theta(delta, lam, a, xi, rho):
+    """The θ-step as the official code writes it: four cases on ‖δ‖ (its softThresholding is
+    ``max(0, 1 − t/‖z‖)·z``)."""
+    r = float(delta.norm())
+    if r <= xi + lam / rho:
+        return xi * rho / (lam + xi * rho) * delta
+    if r <= lam + lam / rho:
+        return (1 - lam / (rho * r)) * delta
+    if r <= a * lam:
+        return max(0.0, 1 - a * lam / ((a - 1) * rho * r)) * delta / (1 - 1 / ((a - 1) * rho))
+    return delta
+
+
+def official_server(omega, theta, V, selected, lam, a, xi, rho):
+    """The official server step, in its order: for each participant i (in the order drawn) and every j,
+    δ = ω_i − ω_j + V_ij/ρ, θ_ij from δ, θ_ji = −θ_ij, V_ij += ρ(ω_i − ω_j − θ_ij), V_ji = −V_ij; then
+    ζ_i = 1/m Σ_j (ω_j + θ_ij − V_ij/ρ), which the code computes at the start of the next round.  Returns
+    ζ and the ‖δ‖ of every step."""
+    n = omega.shape[0]
+    steps = []
+    for i in selected:
+        for j in range(n):
+            delta = omega[i] - omega[j] + V[i, j] / rho
+            steps.append(float(delta.norm()))
+            theta[i, j] = official_theta(delta, lam, a, xi, rho)
+            theta[j, i] = -theta[i, j]
+            V[i, j] = V[i, j] + rho * (omega[i] - omega[j] - theta[i, j])
+            V[j, i] = -V[i, j]
+    zeta = torch.stack([(omega + theta[i] - V[i] / rho).mean(dim=0) for i in range(n)])
+    return zeta, torch.tensor(steps)
+
+
+def _ctx(n, P, dtype=torch.float64):
+    return Context(n=n, client_ids=torch.arange(n), clusters=torch.zeros(n, dtype=torch.int64), seed=3,
+                   stage1_rounds=0, w0=torch.zeros(P, dtype=dtype), device=torch.device("cpu"))
+
+
+def _omegas(n, P, rounds, seed=0):
+    """ω after each round: two groups 1.5 apart, moving by 0.3 a round, so ‖δ‖ crosses every knot."""
+    g = torch.Generator().manual_seed(seed)
+    centre = torch.zeros(n, P, dtype=torch.float64)
+    centre[n // 2:, 0] = 1.5
+    return [centre + 0.3 * torch.randn(n, P, generator=g, dtype=torch.float64) for _ in range(rounds)]
+
+
+def test_official_mode_steps_as_the_official_server_loop():
+    """Five rounds of 50% participation, float64: fedclust's θ, v and ζ equal the official loop's to
+    rounding, every piece of the θ-step taken, pairs with both ends participating stepped twice."""
+    n, P, p = 7, 5, 0.5
+    ctx = _ctx(n, P)
+    cfg = fpfc.FpfcConfig(lam=LAM, a=A, xi=XI, rho=RHO, nu=0.1, scale_to_model=False, mode="official",
+                          evaluate="own")
+    algo = fpfc.Fpfc(cfg, participation=p, rounds=5)
+    state = algo.init(ctx)
+    omega = torch.zeros(n, P, dtype=torch.float64)
+    theta, V = torch.zeros(n, n, P, dtype=torch.float64), torch.zeros(n, n, P, dtype=torch.float64)
+    i, j = fpfc.pair_index(n)
+    seen = []
+    for t, after in enumerate(_omegas(n, P, 5), start=1):
+        state, res = algo.aggregate(state, ctx, RoundView(round=t, before=None, after=after, all_after=after))
+        active = participants(ctx.seed, t, n, p, after.device)
+        omega = torch.where(active[:, None], after, omega)
+        zeta, steps = official_server(omega, theta, V, torch.nonzero(active).flatten().tolist(), LAM, A, XI, RHO)
+        seen.append(steps)
+        assert torch.allclose(state.theta, theta[i, j], rtol=0, atol=1e-12)
+        assert torch.allclose(state.v, V[i, j], rtol=0, atol=1e-12)
+        assert torch.allclose(state.zeta, zeta, rtol=0, atol=1e-12)
+        assert torch.equal(res.models, omega)                  # evaluate=own: each client its own ω_i
+    r = torch.cat(seen)
+    r = r[r > 0]
+    assert set(sum((r > k).long() for k in KNOTS).tolist()) == {0, 1, 2, 3}
+
+
+def test_paper_mode_steps_a_pair_of_two_participants_once():
+    """The same first round in paper mode is the literal Algorithm 1 (one step a pair), which differs from the
+    official loop's second step of the pairs of two participants."""
+    n, P = 4, 3
+    ctx = _ctx(n, P)
+    after = _omegas(n, P, 1)[0]
+    steps = {}
+    for mode in ("paper", "official"):
+        cfg = fpfc.FpfcConfig(lam=LAM, a=A, xi=XI, rho=RHO, nu=0.1, scale_to_model=False, mode=mode)
+        algo = fpfc.Fpfc(cfg, participation=1.0, rounds=1)
+        state, _ = algo.aggregate(algo.init(ctx), ctx, RoundView(round=1, before=None, after=after, all_after=after))
+        steps[mode] = state.theta
+    theta, v = fpfc.init_pair_state(n, P, torch.float64)
+    fpfc.server_update_(after, theta, v, LAM, A, XI, RHO)
+    assert torch.allclose(steps["paper"], theta, rtol=0, atol=1e-12)
+    fpfc.server_update_(after, theta, v, LAM, A, XI, RHO)    # a second step with the same ω
+    assert torch.allclose(steps["official"], theta, rtol=0, atol=1e-12)
+    assert float((steps["official"] - steps["paper"]).abs().max()) > 0.1   # the second step matters
+
+
+@pytest.mark.parametrize("world,chunk", [(2, None), (3, 1)])
+def test_official_steps_give_the_same_bits_on_any_number_of_ranks(world, chunk):
+    """The second step keeps ζ's sums exact (its bound, :func:`fpfc.pair_bounds`): 1 and several simulated
+    ranks, float32, give the same bits."""
+    n, P = 9, 11
+    K, D, E = fpfc.row_slots(n), fpfc.diametric_pairs(n), fpfc.n_pairs(n)
+    g = torch.Generator().manual_seed(2)
+    omegas = [torch.randn(n, P, generator=g) * (0.1 + 0.5 * k) for k in range(4)]
+    actives = [torch.rand(n, generator=g) < 0.6 for _ in range(4)]
+
+    def run(world, chunk):
+        ranks = []
+        for rank in range(world):
+            lo, hi = shard_bounds(n, world, rank)
+            ranks.append(dict(first=lo, count=hi - lo, rows=torch.zeros(hi - lo, K, P), diam=torch.zeros(D, P),
+                              ratio=torch.zeros(E, dtype=torch.float64), norms=torch.zeros(E, dtype=torch.float64)))
+        out = []
+        for omega, active in zip(omegas, actives):
+            total = sum(fpfc.shard_sweep_(omega, s["rows"], s["diam"], s["ratio"], s["norms"], s["first"], active,
+                                          LAM, A, XI, RHO, chunk_pairs=chunk, twice=True) for s in ranks)
+            zeta = torch.cat([fpfc.shard_finish(total.clone(), omega, s["ratio"], s["norms"], s["first"],
+                                                s["count"]) for s in ranks])
+            out.append((zeta, ranks[0]["norms"].clone(), torch.cat([s["rows"] for s in ranks])))
+        return out
+
+    for a, b in zip(run(1, None), run(world, chunk)):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
+
+
+# ----------------------------------------------------------------------------
+# Clusters and what a client holds
+
+
+def test_official_threshold_is_strict():
+    """The official code links i and j when ‖θ_ij‖ < 0.1; the paper when ‖θ_ij‖ ≤ ν."""
+    norms = torch.tensor([[0.0, 0.1, 0.3], [0.1, 0.0, 0.05], [0.3, 0.05, 0.0]])
+    assert fpfc.clusters_from_theta(norms, 0.1).tolist() == [0, 0, 0]
+    assert fpfc.clusters_from_theta(norms, 0.1, strict=True).tolist() == [0, 1, 1]
+
+
+@pytest.mark.parametrize("evaluate,last,want", [
+    ("cluster", False, [[2.0, 3.0], [2.0, 3.0]]),
+    ("own", True, [[1.0, 2.0], [3.0, 4.0]]),
+    ("own_then_cluster", False, [[1.0, 2.0], [3.0, 4.0]]),
+    ("own_then_cluster", True, [[2.0, 3.0], [2.0, 3.0]]),
+])
+def test_held_models_by_hand(evaluate, last, want):
+    """A rank holding clients 2 and 3 of 4, clusters {0, 1} and {2, 3}: its clients' own ω, or their
+    cluster's mean ((1, 2) + (3, 4))/2 = (2, 3)."""
+    ctx = Context(n=4, client_ids=torch.tensor([2, 3]), clusters=None, seed=0, stage1_rounds=0, w0=torch.zeros(2),
+                  device=torch.device("cpu"))
+    omega = torch.tensor([[9.0, 9.0], [7.0, 7.0], [1.0, 2.0], [3.0, 4.0]])
+    got = fpfc.held_models(ctx, omega, torch.tensor([0, 0, 1, 1]), evaluate, last_round=last)
+    assert got.tolist() == want
+
+
+def test_own_then_cluster_reads_the_clusters_in_the_last_round_only():
+    n, P = 4, 2
+    ctx = _ctx(n, P)
+    cfg = fpfc.FpfcConfig(lam=LAM, a=A, xi=XI, rho=RHO, nu=0.1, scale_to_model=False, mode="official",
+                          evaluate="own_then_cluster")
+    algo = fpfc.Fpfc(cfg, participation=1.0, rounds=2)
+    state = algo.init(ctx)
+    for t, after in enumerate(_omegas(n, P, 2), start=1):
+        state, res = algo.aggregate(state, ctx, RoundView(round=t, before=None, after=after, all_after=after))
+        want = after if t == 1 else fpfc.cluster_models(after, state.labels)[state.labels]
+        assert torch.allclose(res.models, want, rtol=0, atol=1e-15)
+
+
+# ----------------------------------------------------------------------------
+# Theorem 1: refused in paper mode, warned about in official mode
+
+
+OFFICIAL = ["algorithm.name=fpfc", "clients=8", "fpfc.mode=official", "fpfc.rho=1", "fpfc.lam=0.6", "fpfc.xi=0.001",
+            "fpfc.nu=0.1", "fpfc.scale_to_model=false"]
+
+
+def test_official_mode_warns_about_theorem1_naming_the_values(capsys):
+    cfg = load_config(None, OFFICIAL)
+    err = capsys.readouterr().err
+    assert cfg.fpfc.rho == 1.0 and "warning" in err
+    for text in ("fpfc.rho = 1.0", "lam = 0.6", "xi = 0.001", "a = 3.7", "1200", "Theorem 1"):
+        assert text in err
+
+
+def test_paper_mode_refuses_what_official_mode_warns_about():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, OFFICIAL + ["fpfc.mode=paper"])
+    assert e.value.field == "fpfc.rho" and "1200" in e.value.fix
+
+
+def test_official_mode_still_refuses_a_theta_step_without_a_unique_solution(capsys):
+    """ρ(a − 1) > 1 is what the closed form needs: ρ = 0.3, a = 3.7 gives 0.81."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, OFFICIAL + ["fpfc.rho=0.3"])
+    assert e.value.field == "fpfc.rho" and "rho*(a-1) > 1" in e.value.fix
+    assert fpfc.check_official(LAM, A, XI, 2000.0) is None      # the theorem holds: no warning
+
+
+@pytest.mark.parametrize("key,value,hint", [("fpfc.mode", "oficial", "official"),
+                                            ("fpfc.evaluate", "owns", "own")])
+def test_mode_and_evaluate_name_the_closest_value(key, value, hint):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, OFFICIAL + [f"{key}={value}"])
+    assert e.value.field == key and hint in e.value.fix
+
+
+def test_official_config_files_load_as_the_code_runs(capsys):
+    syn = load_config("configs/fpfc_official_synthetic.yaml", [])
+    assert (syn.clients, syn.participation, syn.rounds, syn.train.lr, syn.train.momentum, syn.train.local_epochs,
+            syn.train.batch_size) == (100, 0.3, 2000, 0.1, 0.0, 10, syn.data.train_size)
+    assert (syn.fpfc.mode, syn.fpfc.rho, syn.fpfc.lam, syn.fpfc.xi, syn.fpfc.nu, syn.fpfc.scale_to_model,
+            syn.fpfc.evaluate) == ("official", 1.0, 0.6, 0.001, 0.1, False, "own_then_cluster")
+    fm = load_config("configs/fpfc_official_fmnist.yaml", [])
+    assert (fm.clients, fm.participation, fm.rounds, fm.train.batch_size, fm.train.local_epochs,
+            fm.train.momentum) == (20, 0.5, 200, 100, 10, 0.0)
+    assert (fm.fpfc.lam, fm.fpfc.xi, fm.fpfc.rho, fm.fpfc.evaluate) == (0.4, 0.001, 1.0, "own")
+    # the code's lr: 0.01, times 0.9 before rounds 0, 5, 10, ... (0-based)
+    lr, want = 0.01, []
+    for it in range(200):
+        if it % 5 == 0:
+            lr *= 0.9
+        want.append(lr)
+    assert [fm.train.round_lr(t) for t in range(1, 201)] == pytest.approx(want, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------
+# train.lr_decay_every
+
+
+def test_round_lr_by_hand():
+    t = TrainConfig(lr=0.009, lr_decay=0.9, lr_decay_every=5)
+    assert [t.round_lr(r) for r in (1, 5, 6, 10, 11, 16)] == pytest.approx([0.009, 0.009, 0.0081, 0.0081, 0.00729,
+                                                                             0.006561], rel=1e-12)
+
+
+def test_lr_decay_every_one_is_the_per_round_decay_bit_for_bit():
+    t = TrainConfig(lr=0.08, lr_decay=0.99)
+    assert t.lr_decay_every == 1
+    assert all(t.round_lr(r) == 0.08 * 0.99 ** (r - 1) for r in range(1, 400))
+
+
+def test_lr_decay_every_below_one_is_refused():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["train.lr_decay_every=0"])
+    assert e.value.field == "train.lr_decay_every" and e.value.value == 0 and ">= 1" in e.value.fix
+
+
+@pytest.mark.integration
+def test_a_short_official_run(tmp_path, capsys):
+    """configs/fpfc_official_synthetic.yaml, small: it runs, warns once about Theorem 1, and records clusters."""
+    from fedclust.runner import prepare, run
+
+    cfg = load_config("configs/fpfc_official_synthetic.yaml",
+                      ["clients=8", "rounds=3", "data.train_size=40", "data.test_size=20", "train.batch_size=40",
+                       "progress=false", "figures=false", f"out={tmp_path / 'run'}"])
+    summary = run(cfg, prepare(cfg))
+    assert capsys.readouterr().err.count("Theorem 1") >= 1
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in lines] == [1, 2, 3] and summary["rounds_completed"] == 3
+    assert all(r["num_clusters"] >= 1 for r in lines)
