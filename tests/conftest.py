@@ -1,4 +1,11 @@
+import os
+
 import pytest
+
+# One thread per process: pytest-xdist's workers (and the runs they start) share the machine's cores, and a torch
+# that takes every core in each of them spends its time contending (the unit tests on 2 cores with 3 workers took
+# twice as long).  Numbers do not depend on it: golden and multi-process runs fix their threads themselves.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Files whose every test runs fedclust end to end (whole runs, launched processes, Slurm jobs): marked
 # "integration", so that `pytest -m "not integration"` runs the fast unit tests alone.  Tests of this kind in
