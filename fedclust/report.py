@@ -53,6 +53,8 @@ METRICS = {
     "max_models_received_per_round": ("Most models one node receives in a round", 0),
     "mean_round_seconds": ("Seconds per round", 2),
 }
+# The label whose runs every method's accuracy is compared with (its gap to Random, beside the paper's)
+RANDOM = "random"
 DEFAULT_METRICS = ("final_accuracy", "neighbor_precision", "neighbor_recall", "ari", "models_received_per_client")
 # where the numbers of ``paper_table()`` come from, for the table's caption
 PAPER_SOURCES = {("fmnist", "rotation", 2): "PANM paper Table 2 (3 seeds)",
@@ -320,6 +322,24 @@ class Results:
     def paper_settings(self) -> list:
         return [k for k in self.settings if any(self.paper(label, k) for label in self.labels)]
 
+    def gap_to_random(self, label: str, key) -> float | None:
+        """The label's mean final accuracy minus Random's (the runs labelled ``random``) in this setting: the
+        comparison that carries over from a paper to fedclust when both share an offset in the base setting
+        (docs/results_fmnist.md); None for Random itself or where either has no value."""
+        mine, base = self.cell(label, key, "final_accuracy"), self.cell(RANDOM, key, "final_accuracy")
+        return None if label == RANDOM or mine is None or base is None else mine[0] - base[0]
+
+    def paper_gap_to_random(self, label: str, key) -> float | None:
+        """The paper's number for the label minus the paper's Random, in the paper's own setting; None where the
+        paper gives either none."""
+        mine, base = self.paper(label, key), paper_numbers(key).get(RANDOM)
+        algorithms = {r["algorithm"] for r in self.groups.get((label, key), [])}
+        return None if algorithms == {RANDOM} or mine is None or base is None else mine[0] - base[0]
+
+    def random_settings(self) -> list:
+        """The settings where Random ran: the final accuracy table gives every label's gap to it there."""
+        return [k for k in self.settings if self.cell(RANDOM, k, "final_accuracy") is not None]
+
     def empty(self, metric: str) -> bool:
         return all(self.cell(label, k, metric) is None for label in self.labels for k in self.settings)
 
@@ -348,10 +368,14 @@ def _grid(res: Results, metric: str, fmt, dash="–") -> tuple[list[str], list[l
     """Header and rows of one metric's table, each cell written by ``fmt(mean, std, digits)``; a cell whose
     number of seeds differs from the row's one number of seeds adds (n=...)."""
     digits = METRICS[metric][1]
-    with_paper = res.paper_settings() if metric == "final_accuracy" else []
+    accuracy = metric == "final_accuracy"
+    with_paper = res.paper_settings() if accuracy else []
+    with_gap = res.random_settings() if accuracy else []
+    with_paper_gap = [k for k in with_paper if k in with_gap and paper_numbers(k).get(RANDOM) is not None]
     head = ["method", "seeds"]
     for k in res.settings:
-        head += [setting_text(k)] + (["paper"] if k in with_paper else [])
+        head += ([setting_text(k)] + (["vs random"] if k in with_gap else []) + (["paper"] if k in with_paper else [])
+                 + (["paper vs random"] if k in with_paper_gap else []))
     rows = []
     for label in res.labels:
         seeds = res.seeds(label)
@@ -362,11 +386,20 @@ def _grid(res: Results, metric: str, fmt, dash="–") -> tuple[list[str], list[l
             if c is not None:
                 text = fmt(c[0], c[1], digits) + (f" (n={c[2]})" if len(seeds) > 1 or c[2] != seeds[0] else "")
             row.append(text)
+            if k in with_gap:
+                row.append(_signed(res.gap_to_random(label, k), digits))
             if k in with_paper:
                 p = res.paper(label, k)
                 row.append(fmt(p[0], p[1], digits) if p else "")
+            if k in with_paper_gap:
+                row.append(_signed(res.paper_gap_to_random(label, k), digits))
         rows.append(row)
     return head, rows
+
+
+def _signed(x: float | None, digits: int) -> str:
+    """A gap with its sign ('+0.92', '-10.40'); blank for none."""
+    return "" if x is None else f"{x:+.{digits}f}"
 
 
 def _paper_setting_text(key: Setting) -> str:
@@ -386,7 +419,8 @@ def markdown(res: Results, metrics=DEFAULT_METRICS) -> str:
     out = ["Mean ± sample standard deviation over seeds (`seeds`: runs per setting; a cell with another number "
            "says n=...); blank: the label has no such value there. A column header names what differs from the "
            "paper's setting (clients, rounds, train size, model); the paper's number is shown only in the "
-           "paper's own setting."]
+           "paper's own setting. `vs random`: the method's mean final accuracy minus Random's in the same "
+           "setting; `paper vs random`: the same difference of the paper's numbers."]
     for metric in metrics:
         if res.empty(metric):
             continue
@@ -422,7 +456,8 @@ def latex(res: Results, metrics=DEFAULT_METRICS) -> str:
 
 def tidy(res: Results, metrics=DEFAULT_METRICS) -> list[dict]:
     """One record per label x setting x metric that has a value: label, setting, metric, mean, std (empty for
-    one seed), seeds; the paper's number as metric ``paper_final_accuracy`` (seeds empty)."""
+    one seed), seeds; the paper's number as metric ``paper_final_accuracy`` (seeds empty); a label's gap to
+    Random as ``gap_to_random`` and the paper's as ``paper_gap_to_random`` (std and seeds empty)."""
     recs = []
     for key in res.settings:
         for label in res.labels:
@@ -434,6 +469,12 @@ def tidy(res: Results, metrics=DEFAULT_METRICS) -> list[dict]:
                 if metric == "final_accuracy" and (p := res.paper(label, key)):
                     recs.append(dict(label=label, setting=setting_text(key), metric="paper_final_accuracy",
                                      mean=p[0], std=p[1], seeds=""))
+                if metric == "final_accuracy":
+                    for name, gap in (("gap_to_random", res.gap_to_random(label, key)),
+                                      ("paper_gap_to_random", res.paper_gap_to_random(label, key))):
+                        if gap is not None:
+                            recs.append(dict(label=label, setting=setting_text(key), metric=name, mean=gap,
+                                             std="", seeds=""))
     return recs
 
 
@@ -557,7 +598,8 @@ def main(argv=None) -> int:
     p.add_argument("runs", nargs="+", help="run directories (each with summary.json; metrics.jsonl for --curves)")
     p.add_argument("--format", choices=("markdown", "csv", "latex"), default="markdown",
                    help="markdown: one table per metric (default); csv: tidy, one line per label, setting and "
-                        "metric (label,setting,metric,mean,std,seeds; the paper's as paper_final_accuracy); "
+                        "metric (label,setting,metric,mean,std,seeds; the paper's as paper_final_accuracy, the "
+                        "gaps to Random as gap_to_random and paper_gap_to_random); "
                         "latex: one tabular per metric, cells $mean \\pm std$")
     p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
                    help=f"comma-separated summary.json fields, or 'all' ({', '.join(METRICS)}); "

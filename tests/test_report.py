@@ -389,3 +389,28 @@ def test_a_config_yaml_with_a_bad_value_is_passed_over_naming_file_and_key(tmp_p
     assert f"warning: {tmp_path / 'bad' / 'config.yaml'}: rounds is 'many', not a whole number" in err
     rc, _, err = run_report(capsys, [good, bad, "--strict"])
     assert rc == 2 and "rounds is 'many'" in err
+
+
+def test_final_accuracy_gives_each_methods_gap_to_random_beside_the_papers(tmp_path, capsys):
+    """Gaps by hand: panm_grad (85.0, 86.0, 87.5) minus random (84.0, 85.0) = 86.1667 - 84.5 = +1.67; the paper's
+    PANMGrad 86.88 minus its Random 85.94 = +0.94; Local's paper gap 76.24 - 85.94 = -9.70.  A setting without
+    Random (cifar10 here) gets no gap column; Random's own row has no gap."""
+    accs = {("panm_grad", "f"): [85.0, 86.0, 87.5], ("random", "f"): [84.0, 85.0], ("local", "f"): [74.0],
+            ("panm_grad", "c"): [48.0]}
+    dirs = [write_run(tmp_path, f"{alg}-{st}-s{seed}", summary(alg, seed, a, setting=SETTINGS[st]))
+            for (alg, st), xs in accs.items() for seed, a in enumerate(xs)]
+    rc, out, _ = run_report(capsys, dirs)
+    assert rc == 0
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head == ["method", "seeds", "fmnist, rotation 2", "vs random", "paper", "paper vs random",
+                    "cifar10, rotation 4"]
+    assert rows["panm_grad"][1:] == [ms([85.0, 86.0, 87.5]) + " (n=3)", "+1.67", "86.88 ± 0.34", "+0.94",
+                                     "48.00 (n=1)"]
+    assert rows["random"][1:5] == [ms([84.0, 85.0]), "", "85.94 ± 0.27", ""]
+    assert rows["local"][1:5] == ["74.00", "-10.50", "76.24 ± 0.22", "-9.70"]
+    rc, out, _ = run_report(capsys, dirs + ["--format", "csv", "--metrics", "final_accuracy"])
+    recs = {(r["label"], r["setting"], r["metric"]): float(r["mean"]) for r in csv.DictReader(io.StringIO(out))}
+    assert recs["panm_grad", "fmnist, rotation 2", "gap_to_random"] == pytest.approx(86.1666667 - 84.5)
+    assert recs["panm_grad", "fmnist, rotation 2", "paper_gap_to_random"] == pytest.approx(86.88 - 85.94)
+    assert ("random", "fmnist, rotation 2", "gap_to_random") not in recs
+    assert ("panm_grad", "cifar10, rotation 4", "gap_to_random") not in recs

@@ -48,7 +48,7 @@ done
 [[ $(id -u) == 0 ]] || { echo "Slurm cannot start: the test cluster's daemons run as root (SlurmUser=root); this is uid $(id -u)" >&2; exit 2; }
 
 host=$(hostname -s)
-cpus=$(nproc)
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)   # nproc obeys OMP_NUM_THREADS, which the tests set to 1
 mem_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
 ctld_port=${FEDCLUST_SLURMCTLD_PORT:-16817}
 d_port=${FEDCLUST_SLURMD_PORT:-16818}
