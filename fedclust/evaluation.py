@@ -9,6 +9,7 @@ import math
 import numpy as np
 import torch
 
+from fedclust.algorithms.aggregation import neighbor_indices
 from fedclust.data import dataset
 from fedclust.dist import gather_rows
 from fedclust.engine.train import evaluate
@@ -41,8 +42,9 @@ class Traffic:
 
 def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
     """The round's metrics record and every client's neighbour lists
-    (``[n, n]`` bool, None for methods without lists), from one gather of
-    every rank's numbers."""
+    (``[n, m]`` int32 index lists, :func:`fedclust.metrics.index_lists`;
+    None for methods without lists): one gather of every rank's numbers, then
+    one of the lists' members, n·m of them, never an ``[n, n]`` table."""
     cfg, ctx, result, t = s.cfg, s.ctx, outcome.result, state.round
     acc, loss = evaluate(state.flat, s.layout, s.arch, s.data.test_x, s.data.test_y, counts=s.data.test_counts)
     C = len(ctx.client_ids)
@@ -51,18 +53,24 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
     traffic = state.traffic
     extra = extra_accuracies(s, state, acc)
+    sizes = lists.sum(1).double()
     local = torch.stack([acc.double(), loss.double(), precision.double(), recall.double(),
-                         traffic.received.double(), traffic.max_round.double(), *extra.values()], dim=1)
-    # One gather of bytes: the float64 numbers bit for bit, then the lists at one byte per entry (none if none).
-    numbers = local.contiguous().view(torch.uint8)
-    width = numbers.shape[1]
-    sent = torch.cat([numbers, lists.to(torch.uint8)], dim=1) if result.lists is not None else numbers
-    everyone = s.collective(t, gather_rows, s.fabric, sent, s.n)
-    values = everyone[:, :width].contiguous().view(torch.float64)
+                         traffic.received.double(), traffic.max_round.double(), *extra.values(), sizes], dim=1)
+    # The float64 numbers bit for bit, each client's list length last: every rank learns the longest list.
+    everyone = s.collective(t, gather_rows, s.fabric, local.contiguous().view(torch.uint8), s.n)
+    values = everyone.contiguous().view(torch.float64)
     acc_all, loss_all, prec_all, rec_all, recv_all, maxr_all = (values[:, i].cpu() for i in range(METRICS_PER_CLIENT))
     extra_all = {k: values[:, METRICS_PER_CLIENT + i].cpu() for i, k in enumerate(extra)}
-    all_lists = everyone[:, width:].bool().cpu().numpy() if result.lists is not None else None
-    has_lists = all_lists is not None and bool(all_lists.any())   # Local's empty lists define no neighbours
+    all_lists = None
+    if result.lists is not None:
+        longest = int(values[:, -1].max())
+        idx, valid = neighbor_indices(lists)
+        mine = torch.full((C, longest), -1, dtype=torch.int32, device=lists.device)
+        mine[:, :idx.shape[1]] = torch.where(valid, idx, -1).to(torch.int32)
+        # the members of every list, padded to the longest (no gather when every list is empty: Local)
+        all_lists = (s.collective(t, gather_rows, s.fabric, mine, s.n).cpu().numpy() if longest
+                     else np.full((s.n, 0), -1, dtype=np.int32))
+    has_lists = all_lists is not None and all_lists.shape[1] > 0   # Local's empty lists define no neighbours
     clients_received = float(recv_all.sum())
     # Every model a client receives was sent by a peer or the server; clients send one model per upload the
     # server receives.

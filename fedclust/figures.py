@@ -30,6 +30,7 @@ import numpy as np
 
 from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
+from fedclust.lists import list_edges
 from fedclust.theory import cni_probabilities
 
 WIDTH = 3.3      # inches: one column of a two-column paper
@@ -169,8 +170,9 @@ def circle_layout(clusters: np.ndarray) -> np.ndarray:
 
 
 def neighbor_graph(lists: np.ndarray, clusters: np.ndarray, path: Path, title: str):
+    """``lists``: ``[n, m]`` index lists, or a bool ``[n, n]`` adjacency of older runs."""
     xy = circle_layout(clusters)
-    ii, jj = np.nonzero(lists)
+    ii, jj = list_edges(lists)
     same = clusters[ii] == clusters[jj]
     with print_style():
         fig = new_figure(WIDTH, 3.5)
@@ -267,7 +269,7 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg, records: list[dic
         similarity_histogram(arrays["similarity_client0"], clusters, 0, fig_dir / "similarity_hist.png",
                              f"{name}: client 0's similarities after stage one")
         written.append("similarity_hist.png")
-    if "final_lists" in arrays and arrays["final_lists"].any():
+    if "final_lists" in arrays and len(list_edges(arrays["final_lists"])[0]):
         neighbor_graph(arrays["final_lists"], clusters, fig_dir / "neighbor_graph.png",
                        f"{name}: neighbour lists, round {summary['rounds_completed']}")
         written.append("neighbor_graph.png")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
+
+from fedclust.lists import graph_components
 
 
 def neighbor_precision_recall(lists: torch.Tensor, clusters: torch.Tensor, client_ids: torch.Tensor):
@@ -40,15 +41,6 @@ def nanmean(x: torch.Tensor) -> float | None:
     return float(x.mean()) if x.numel() else None
 
 
-def graph_components(adjacency: np.ndarray) -> np.ndarray:
-    """Labels of the connected components of the symmetrised graph of a
-    bool [n, n] adjacency (i ~ j if i lists j or j lists i)."""
-    adj = np.asarray(adjacency, dtype=bool)
-    sym = adj | adj.T
-    _, labels = connected_components(csr_matrix(sym), directed=False)
-    return labels
-
-
 def adjusted_rand_index(labels_true, labels_pred) -> float:
     """Adjusted Rand index (Hubert and Arabie 1985) of two labelings: the
     pair counts of their contingency table (a scipy sparse matrix), counted
@@ -68,9 +60,9 @@ def adjusted_rand_index(labels_true, labels_pred) -> float:
     return (pairs - expected) / (top - expected)
 
 
-def cluster_recovery(adjacency: np.ndarray, clusters) -> dict:
+def cluster_recovery(lists, clusters) -> dict:
     """``num_clusters`` and ``ari`` of the neighbour graph's components (ari None when the true clusters are
-    not known)."""
-    labels = graph_components(adjacency)
+    not known); lists as :func:`graph_components` takes them."""
+    labels = graph_components(lists)
     ari = None if clusters is None else adjusted_rand_index(np.asarray(clusters), labels)
     return {"num_clusters": int(labels.max() + 1), "ari": ari}

@@ -38,6 +38,7 @@ from fedclust.errors import CollectiveError, DivergenceError
 from fedclust.evaluation import Traffic, evaluate_round, summarize, summary_text
 from fedclust.figures import write_run_figures
 from fedclust.models import initial_weights, make_net, model_name
+from fedclust.lists import index_lists
 from fedclust.outputs import RunWriter, check_writable, default_out
 from fedclust.progress import make_progress
 from fedclust.schema import Config, to_dict
@@ -149,7 +150,7 @@ class LoopState:
     stage1_counts: torch.Tensor              # [C, n] int32 times averaged with each peer in stage one
     saved: dict = field(default_factory=dict)        # arrays for neighbors.npz (stage one's, rank 0's)
     history: list = field(default_factory=list)      # every metrics record written so far
-    final_lists: np.ndarray | None = None    # [n, n] bool neighbour lists of the last evaluated round
+    final_lists: np.ndarray | None = None    # [n, m] int32 neighbour lists of the last evaluated round (-1: none)
     final_assignment: torch.Tensor | None = None   # [n] cluster of every client in the last evaluated round
     run_id: str | None = None                # the tracking (W&B) run's id
 
@@ -200,7 +201,7 @@ class LoopState:
         return cls(round=int(payload["round"]), flat=mine(payload["weights"]).contiguous(),
                    algo_state=s.algo.load_state_dict(s.ctx, algo_saved), traffic=traffic,
                    stage1_counts=mine(payload["stage1_counts"]), saved=saved, history=list(payload["history"]),
-                   final_lists=None if lists is None else lists.clone().numpy(),
+                   final_lists=None if lists is None else index_lists(lists.clone().numpy()),   # older: [n, n]
                    final_assignment=_to(payload["final_assignment"], s.device), run_id=payload.get("run_id"))
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from fedclust import schema
 from fedclust.errors import ConfigError
+from fedclust.lists import index_lists
 from fedclust.outputs import json_safe
 
 STATE_FILE = "wandb.json"
@@ -92,11 +93,12 @@ def _numpy(x):
 def neighbour_rows(final_lists, assignment, clusters) -> list[list]:
     """One row per client: client, true cluster, assigned cluster
     (centralized methods, else None) and final neighbours (peer methods:
-    the ``[n, n]`` lists' true entries, as text)."""
+    the members of each ``[n, m]`` index list, as text)."""
     lists, assigned, truth = _numpy(final_lists), _numpy(assignment), _numpy(clusters)
+    lists = None if lists is None else index_lists(lists)
     rows = []
     for i in range(len(truth)):
-        peers = " ".join(str(j) for j in np.flatnonzero(lists[i])) if lists is not None else ""
+        peers = " ".join(str(j) for j in lists[i][lists[i] >= 0]) if lists is not None else ""
         rows.append([i, int(truth[i]), int(assigned[i]) if assigned is not None else None, peers])
     return rows
 

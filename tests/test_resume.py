@@ -20,6 +20,7 @@ from fedclust import checkpoint
 from fedclust.algorithms import registry
 from fedclust.config import load_config
 from fedclust.errors import ConfigError, DivergenceError
+from fedclust.lists import list_edges
 from fedclust.runner import prepare, run
 from fedclust.stopping import EXIT_REQUEUE
 
@@ -177,6 +178,14 @@ def test_resume_modes_and_config_differences(tmp_path):
         in_process("random", tmp_path / "none", "resume=require")
     assert e.value.field == "resume"
     before = (out / "metrics.jsonl").read_text()
+    # A checkpoint written before the neighbour lists were index lists holds a bool [n, n] table: still resumed.
+    path, payload = checkpoint.newest(out)
+    rows, cols = list_edges(payload["final_lists"].numpy())
+    assert len(rows) == 8 * 2   # random: algorithm.k = 2 peers each
+    dense = torch.zeros(8, 8, dtype=torch.bool)
+    dense[torch.from_numpy(rows), torch.from_numpy(cols)] = True
+    old = {k: v for k, v in payload.items() if k not in ("format", "round", "complete")}
+    checkpoint.write(out, int(payload["round"]), dict(old, final_lists=dense))
     summary = in_process("random", out, "rounds=6", "label=longer")    # run length and outputs may change
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert (out / "metrics.jsonl").read_text().startswith(before) and len(lines) == 6

@@ -122,7 +122,7 @@ def test_one_and_two_processes_agree(tmp_path, algorithm):
     two = _torchrun(tmp_path, 2, "p2", algorithm=algorithm)
     assert _without_times(one) == _without_times(two)
     l1, l2 = (np.load(tmp_path / d / "neighbors.npz") for d in ("p1", "p2"))
-    assert l1["final_lists"].any()
+    assert (l1["final_lists"] >= 0).any()
     assert np.array_equal(l1["final_lists"], l2["final_lists"])
     assert np.array_equal(l1["stage1_counts"], l2["stage1_counts"])
 
