@@ -150,11 +150,33 @@ def test_official_steps_give_the_same_bits_on_any_number_of_ranks(world, chunk):
 # Clusters and what a client holds
 
 
-def test_official_threshold_is_strict():
-    """The official code links i and j when ‖θ_ij‖ < 0.1; the paper when ‖θ_ij‖ ≤ ν."""
-    norms = torch.tensor([[0.0, 0.1, 0.3], [0.1, 0.0, 0.05], [0.3, 0.05, 0.0]])
-    assert fpfc.clusters_from_theta(norms, 0.1).tolist() == [0, 0, 0]
-    assert fpfc.clusters_from_theta(norms, 0.1, strict=True).tolist() == [0, 1, 1]
+def _path_norms():
+    """4 clients on a path 0 - 1 - 2 - 3 (‖θ‖ = 0.05), ‖θ_03‖ = 0.1 exactly, the rest 0.3."""
+    norms = torch.full((4, 4), 0.3)
+    for i, j, x in ((0, 1, 0.05), (1, 2, 0.05), (2, 3, 0.05), (0, 3, 0.1)):
+        norms[i, j] = norms[j, i] = x
+    return norms.fill_diagonal_(0.0)
+
+
+def test_threshold_reads_as_the_official_code_by_hand():
+    """The code's threshold(): lists of ‖θ_ij‖ < 0.1 (strict: 0 and 3 not linked) [0, 1], [0, 1, 2],
+    [1, 2, 3], [2, 3], all distinct, so four groups where the paper's components give one; each client labelled
+    by the last group holding it (1, 2, 3, 3, renumbered 0, 1, 2, 2); means taken group after group from
+    ω = (0, 4, 8, 12): [0, 1] -> 2, 2; [0, 1, 2] -> 4, 4, 4; [1, 2, 3] -> 20/3 each; [2, 3] -> 20/3."""
+    norms = _path_norms()
+    assert fpfc.threshold_groups(norms, 0.1) == [[0, 1], [0, 1, 2], [1, 2, 3], [2, 3]]
+    assert fpfc.threshold_labels(norms, 0.1).tolist() == [0, 1, 2, 2]
+    assert fpfc.clusters_from_theta(norms, 0.1).tolist() == [0, 0, 0, 0]
+    models = fpfc.threshold_models(torch.tensor([[0.0], [4.0], [8.0], [12.0]], dtype=torch.float64), norms, 0.1)
+    assert torch.allclose(models.flatten(), torch.tensor([4.0, 20 / 3, 20 / 3, 20 / 3], dtype=torch.float64))
+
+
+def test_threshold_on_disjoint_cliques_is_the_components_and_their_means():
+    norms = torch.tensor([[0.0, 0.01, 0.5, 0.5], [0.01, 0.0, 0.5, 0.5], [0.5, 0.5, 0.0, 0.02], [0.5, 0.5, 0.02, 0.0]])
+    omega = torch.tensor([[1.0, 0.0], [3.0, 2.0], [5.0, 5.0], [7.0, 9.0]])
+    labels = fpfc.threshold_labels(norms, 0.1)
+    assert labels.tolist() == fpfc.clusters_from_theta(norms, 0.1).tolist() == [0, 0, 1, 1]
+    assert torch.equal(fpfc.threshold_models(omega, norms, 0.1), fpfc.cluster_models(omega, labels)[labels])
 
 
 @pytest.mark.parametrize("evaluate,last,want", [
@@ -182,7 +204,8 @@ def test_own_then_cluster_reads_the_clusters_in_the_last_round_only():
     state = algo.init(ctx)
     for t, after in enumerate(_omegas(n, P, 2), start=1):
         state, res = algo.aggregate(state, ctx, RoundView(round=t, before=None, after=after, all_after=after))
-        want = after if t == 1 else fpfc.cluster_models(after, state.labels)[state.labels]
+        want = after if t == 1 else fpfc.threshold_models(after, fpfc.slot_norm_matrix(state.norms, n), 0.1)
+        assert state.labels.tolist() == ([0, 1, 2, 3] if t == 1 else [0, 0, 1, 1])   # two pairs fuse in round 2
         assert torch.allclose(res.models, want, rtol=0, atol=1e-15)
 
 

@@ -276,9 +276,8 @@ def theta_norm_matrix(theta: torch.Tensor, n: int) -> torch.Tensor:
     return out
 
 
-def clusters_from_theta(theta_norms: torch.Tensor, nu: float, strict: bool = False) -> torch.Tensor:
-    """Clusters of FPFC paper: i ~ j when ``‖θ_ij‖ ≤ ν`` (``strict``: ``< ν``,
-    as the authors' code reads them, ``fpfc.mode=official``); the clusters are the
+def clusters_from_theta(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
+    """Clusters of FPFC paper: i ~ j when ``‖θ_ij‖ ≤ ν``; the clusters are the
     connected components of that graph → int64 ``[n]`` labels, numbered by
     smallest member (client 0 is in cluster 0).
 
@@ -294,13 +293,57 @@ def clusters_from_theta(theta_norms: torch.Tensor, nu: float, strict: bool = Fal
         raise ValueError(f"theta_norms must be square [n, n], got {tuple(theta_norms.shape)}")
     if not float(nu) >= 0:
         raise ConfigError("fpfc.nu", nu, "FPFC's cluster threshold must be >= 0 (paper: in [xi, 0.5])")
-    adj = (theta_norms < nu if strict else theta_norms <= nu).triu(1).cpu().numpy()
+    adj = (theta_norms <= nu).triu(1).cpu().numpy()
     _, comp = connected_components(csr_matrix(adj), directed=False)
     # relabel by first occurrence so that numbering follows the smallest member
     _, first = np.unique(comp, return_index=True)
     order = np.empty_like(first)
     order[np.argsort(first)] = np.arange(first.size)
     return torch.as_tensor(order[comp], dtype=torch.int64, device=theta_norms.device)
+
+
+def threshold_groups(theta_norms: torch.Tensor, nu: float) -> list[list[int]]:
+    """The groups the authors' code reads (Synthetic/utils/util.py, ``threshold``):
+    client i's list is every j with ``‖θ_ij‖ < ν`` (i itself included), and
+    the groups are the distinct lists in order of first appearance.  Not
+    connected components: where the ``< ν`` graph is not a union of cliques,
+    lists overlap and there are more groups than components."""
+    adj = (theta_norms < nu) | torch.eye(theta_norms.shape[0], dtype=torch.bool, device=theta_norms.device)
+    groups: list[list[int]] = []
+    for row in adj.cpu():
+        members = torch.nonzero(row).flatten().tolist()
+        if members not in groups:
+            groups.append(members)
+    return groups
+
+
+def threshold_labels(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
+    """``[n]`` int64 the clusters the authors' code reads (``threshold``): each
+    client takes the index of the last group of :func:`threshold_groups` that
+    holds it; renumbered by smallest member (client 0 in cluster 0)."""
+    label = np.zeros(theta_norms.shape[0], dtype=np.int64)
+    for k, members in enumerate(threshold_groups(theta_norms, nu)):
+        label[members] = k
+    values, first = np.unique(label, return_index=True)
+    rank = np.empty_like(first)
+    rank[np.argsort(first)] = np.arange(first.size)
+    lut = np.zeros(label.max() + 1, dtype=np.int64)
+    lut[values] = rank
+    return torch.as_tensor(lut[label], device=theta_norms.device)
+
+
+def threshold_models(omega: torch.Tensor, theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
+    """``[n, P]`` the models the authors' code gives its clients after its last
+    round (``threshold``): each group of :func:`threshold_groups` in turn
+    replaces its members' models by their mean, from the models as earlier
+    groups left them (a client in several groups ends with the last one's).
+    The code weighs the mean by the clients' sample counts; fedclust's clients
+    hold equal counts (a file's natural clients excepted, weighed equally here)."""
+    models = omega.clone()
+    for members in threshold_groups(theta_norms, nu):
+        idx = torch.tensor(members, device=omega.device)
+        models[idx] = models[idx].mean(dim=0)
+    return models
 
 
 def cluster_models(omega: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -623,17 +666,22 @@ def from_literal(theta: torch.Tensor, v: torch.Tensor, n: int, first: int, count
     return own.view(count, K, P), diam, ratio, norms
 
 
-def held_models(ctx: Context, omega: torch.Tensor, labels: torch.Tensor, evaluate: str, last_round: bool) -> torch.Tensor:
+def held_models(ctx: Context, omega: torch.Tensor, labels: torch.Tensor, evaluate: str, last_round: bool,
+                means=None) -> torch.Tensor:
     """``[C, P]`` the models this rank's clients hold, and are evaluated with,
     after a round (``fpfc.evaluate``): ``cluster``, its cluster's mean model
-    (:func:`cluster_models`, every round); ``own``, its own ω_i (the authors'
-    MNIST/FMNIST code never reads clusters); ``own_then_cluster``, its own ω_i
-    and, in the run's last round, its cluster's mean (the authors' Synthetic
-    code reads the clusters once, after its last server step).  Only what is
-    evaluated changes: every client trains from its own ω_i."""
+    (every round); ``own``, its own ω_i (the authors' MNIST/FMNIST code never
+    reads clusters); ``own_then_cluster``, its own ω_i and, in the run's last
+    round, its cluster's mean (the authors' Synthetic code reads the clusters
+    once, after its last server step).  ``means``: a function giving every
+    client's cluster model ``[n, P]`` (None: :func:`cluster_models` of
+    ``labels``).  Only what is evaluated changes: every client trains from
+    its own ω_i."""
     if evaluate == "own" or (evaluate == "own_then_cluster" and not last_round):
         return own(ctx, omega)
-    return cluster_models(omega, labels)[own(ctx, labels)]
+    if means is None:
+        return cluster_models(omega, labels)[own(ctx, labels)]
+    return own(ctx, means())
 
 
 # ----------------------------------------------------------------------------
@@ -703,7 +751,8 @@ class FpfcConfig:
     scale_to_model: bool = option(True, "read lam, xi and nu in units of round 1's mean update norm")
     mode: str = option("paper", "paper: Algorithm 1 as the paper states it, Theorem 1 enforced; official: as the "
                                 "authors' code runs it (Theorem 1 only warned about, pairs with both ends "
-                                "participating stepped twice, clusters where ||theta_ij|| < nu)")
+                                "participating stepped twice, clusters read as its threshold(): equal lists of "
+                                "||theta_ij|| < nu)")
     evaluate: str = option("cluster", "what a client holds and is evaluated with: cluster (its cluster's mean "
                                       "model), own (its own omega_i; the official MNIST/FMNIST code), "
                                       "own_then_cluster (own omega_i, its cluster's mean in the last round; the "
@@ -790,8 +839,8 @@ class Fpfc(Algorithm):
         """Participants' ω become their trained models; then each rank steps
         its clients' pairs and the diametric ones (:func:`shard_sweep_`), one
         all-reduce sums the exact ζ terms and shares every pair's c and ‖θ‖,
-        and every rank reads the clusters off ‖θ_ij‖ ≤ ν (< ν in official
-        mode).  A client holds, and is evaluated with, the model
+        and every rank reads the clusters off ‖θ_ij‖ ≤ ν (official mode: as
+        the authors' code, :func:`threshold_labels`).  A client holds, and is evaluated with, the model
         ``fpfc.evaluate`` names (:func:`held_models`)."""
         f, after = self.fpfc, view.all_after
         active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device)
@@ -809,8 +858,14 @@ class Fpfc(Algorithm):
                               lam, f.a, xi, f.rho, twice=official)
         zeta_own = shard_finish(sum_over_ranks(buffer), omega, state.ratio, state.norms, first, count)
         del buffer
-        labels = clusters_from_theta(slot_norm_matrix(state.norms, ctx.n), nu, strict=official)
-        held = held_models(ctx, omega, labels, f.evaluate, last_round=view.round == self.rounds)
+        norms = slot_norm_matrix(state.norms, ctx.n)
+        if official:   # the code's threshold(): groups of equal neighbour lists, means taken group after group
+            labels = threshold_labels(norms, nu)
+            held = held_models(ctx, omega, labels, f.evaluate, view.round == self.rounds,
+                               means=lambda: threshold_models(omega, norms, nu))
+        else:
+            labels = clusters_from_theta(norms, nu)
+            held = held_models(ctx, omega, labels, f.evaluate, view.round == self.rounds)
         state = FpfcState(omega=omega, zeta=zeta_own, theta_rows=state.theta_rows, theta_diam=state.theta_diam,
                           ratio=state.ratio, norms=state.norms, scale=scale, labels=labels)
         return state, server_result(ctx, held, labels, active.to(torch.float64), int(active.sum()))
