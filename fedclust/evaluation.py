@@ -42,7 +42,7 @@ class Traffic:
 
 def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
     """The round's metrics record and every client's neighbour lists
-    (``[n, m]`` int32 index lists, :func:`fedclust.metrics.index_lists`;
+    (``[n, m]`` int32 index lists, :func:`fedclust.lists.index_lists`;
     None for methods without lists): one gather of every rank's numbers, then
     one of the lists' members, n·m of them, never an ``[n, n]`` table."""
     cfg, ctx, result, t = s.cfg, s.ctx, outcome.result, state.round

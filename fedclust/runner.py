@@ -37,8 +37,8 @@ from fedclust.engine.train import TrainSettings, pair_losses, train_round
 from fedclust.errors import CollectiveError, DivergenceError
 from fedclust.evaluation import Traffic, evaluate_round, summarize, summary_text
 from fedclust.figures import write_run_figures
-from fedclust.models import initial_weights, make_net, model_name
 from fedclust.lists import index_lists
+from fedclust.models import initial_weights, make_net, model_name
 from fedclust.outputs import RunWriter, check_writable, default_out
 from fedclust.progress import make_progress
 from fedclust.schema import Config, to_dict

@@ -14,9 +14,9 @@ from fedclust.algorithms import fpfc
 from fedclust.algorithms.aggregation import participants
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.config import load_config
-from fedclust.dist import shard_bounds
 from fedclust.errors import ConfigError
 from fedclust.schema import TrainConfig
+from test_fpfc_state import simulated_ranks   # tests/ is on sys.path (pytest)
 
 # the official Synthetic setting: rho = 1 hard-coded, lambda = 0.6, xi = 10e-4, a = 3.7
 LAM, A, XI, RHO = 0.6, 3.7, 1e-3, 1.0
@@ -121,17 +121,12 @@ def test_official_steps_give_the_same_bits_on_any_number_of_ranks(world, chunk):
     """The second step keeps ζ's sums exact (its bound, :func:`fpfc.pair_bounds`): 1 and several simulated
     ranks, float32, give the same bits."""
     n, P = 9, 11
-    K, D, E = fpfc.row_slots(n), fpfc.diametric_pairs(n), fpfc.n_pairs(n)
     g = torch.Generator().manual_seed(2)
     omegas = [torch.randn(n, P, generator=g) * (0.1 + 0.5 * k) for k in range(4)]
     actives = [torch.rand(n, generator=g) < 0.6 for _ in range(4)]
 
     def run(world, chunk):
-        ranks = []
-        for rank in range(world):
-            lo, hi = shard_bounds(n, world, rank)
-            ranks.append(dict(first=lo, count=hi - lo, rows=torch.zeros(hi - lo, K, P), diam=torch.zeros(D, P),
-                              ratio=torch.zeros(E, dtype=torch.float64), norms=torch.zeros(E, dtype=torch.float64)))
+        ranks = simulated_ranks(n, P, world)
         out = []
         for omega, active in zip(omegas, actives):
             total = sum(fpfc.shard_sweep_(omega, s["rows"], s["diam"], s["ratio"], s["norms"], s["first"], active,

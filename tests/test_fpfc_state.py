@@ -167,16 +167,23 @@ def test_compact_equals_literal_in_float32(n):
 # Any number of ranks: the same bits
 
 
-def _sharded_run(n, P, world, chunk=None, seed=1, rounds=5):
-    """The compact step on ``world`` simulated ranks (each its clients' rows and its own copy of what is
-    replicated), their buffers summed as the all-reduce would; per round: (ζ of all clients, norms, rows)."""
-    g = torch.Generator().manual_seed(seed)
+def simulated_ranks(n, P, world):
+    """The compact state of ``world`` simulated ranks at θ = 0: each its clients' rows (first client, count,
+    ``[C, K, P]`` θ rows) and its own copy of what is replicated (diametric θ, ratios, norms)."""
     K, D, E = fpfc.row_slots(n), fpfc.diametric_pairs(n), fpfc.n_pairs(n)
     ranks = []
     for rank in range(world):
         lo, hi = shard_bounds(n, world, rank)
         ranks.append(dict(first=lo, count=hi - lo, rows=torch.zeros(hi - lo, K, P), diam=torch.zeros(D, P),
                           ratio=torch.zeros(E, dtype=torch.float64), norms=torch.zeros(E, dtype=torch.float64)))
+    return ranks
+
+
+def _sharded_run(n, P, world, chunk=None, seed=1, rounds=5):
+    """The compact step on ``world`` simulated ranks (:func:`simulated_ranks`), their buffers summed as the
+    all-reduce would; per round: (ζ of all clients, norms, rows)."""
+    g = torch.Generator().manual_seed(seed)
+    ranks = simulated_ranks(n, P, world)
     out = []
     for k in range(rounds):
         omega = torch.randn(n, P, generator=g) * (0.05 + 0.3 * k)

@@ -308,13 +308,11 @@ def threshold_groups(theta_norms: torch.Tensor, nu: float) -> list[list[int]]:
     the groups are the distinct lists in order of first appearance.  Not
     connected components: where the ``< ν`` graph is not a union of cliques,
     lists overlap and there are more groups than components."""
-    adj = (theta_norms < nu) | torch.eye(theta_norms.shape[0], dtype=torch.bool, device=theta_norms.device)
-    groups: list[list[int]] = []
-    for row in adj.cpu():
-        members = torch.nonzero(row).flatten().tolist()
-        if members not in groups:
-            groups.append(members)
-    return groups
+    n = theta_norms.shape[0]
+    adj = ((theta_norms < nu) | torch.eye(n, dtype=torch.bool, device=theta_norms.device)).cpu()
+    lists, inverse = torch.unique(adj, dim=0, return_inverse=True)     # each distinct list once, in any order
+    first = torch.full((len(lists),), n).scatter_reduce_(0, inverse, torch.arange(n), "amin")
+    return [torch.nonzero(lists[g]).flatten().tolist() for g in torch.argsort(first)]
 
 
 def threshold_labels(theta_norms: torch.Tensor, nu: float) -> torch.Tensor:
