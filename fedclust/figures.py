@@ -30,7 +30,7 @@ import numpy as np
 
 from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
-from fedclust.lists import list_edges
+from fedclust.lists import count_table, list_edges
 from fedclust.theory import cni_probabilities
 
 WIDTH = 3.3      # inches: one column of a two-column paper
@@ -123,14 +123,16 @@ def mark_stage_two(ax, stage1_rounds: int | None, last_round: int | None = None,
 
 # ---------------------------------------------------------------- the figures
 
-def heatmap(counts: np.ndarray, path: Path, title: str):
-    """counts[i, j]: how often client i averaged with peer j; colour bar ticked at whole counts."""
+def heatmap(counts: np.ndarray, path: Path, title: str, block: int = 1):
+    """counts[i, j]: how often client i averaged with peer j (summed over blocks of ``block`` clients a side);
+    colour bar ticked at whole counts."""
     with print_style():
         fig = new_figure(WIDTH, 2.9)
         ax = fig.subplots()
         im = ax.imshow(counts, cmap="viridis", interpolation="nearest", vmin=0)
-        ax.set_xlabel("peer j")
-        ax.set_ylabel("client i")
+        per = "" if block == 1 else f" (blocks of {block})"
+        ax.set_xlabel("peer j" + per)
+        ax.set_ylabel("client i" + per)
         integer_ticks(ax.xaxis)
         integer_ticks(ax.yaxis)
         ax.set_title(title)
@@ -262,8 +264,12 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg, records: list[dic
     arrays = np.load(npz)
     known = "clusters" in arrays   # absent: the data gives no true clusters
     clusters = arrays["clusters"] if known else np.zeros(cfg.clients, dtype=np.int64)   # one colour in the graph
-    if "stage1_counts" in arrays and arrays["stage1_counts"].any():
-        heatmap(arrays["stage1_counts"], fig_dir / "heatmap_stage1.png", f"{name}: aggregations in stage one")
+    if "stage1_peers" in arrays:   # count lists; runs before them kept the [n, n] table
+        table, block = count_table(arrays["stage1_peers"], arrays["stage1_counts"], cfg.clients)
+    else:
+        table, block = (arrays["stage1_counts"] if "stage1_counts" in arrays else None), 1
+    if table is not None and table.any():
+        heatmap(table, fig_dir / "heatmap_stage1.png", f"{name}: aggregations in stage one", block)
         written.append("heatmap_stage1.png")
     if known and "similarity_client0" in arrays and np.isfinite(arrays["similarity_client0"]).any():
         similarity_histogram(arrays["similarity_client0"], clusters, 0, fig_dir / "similarity_hist.png",

@@ -43,3 +43,17 @@ def graph_components(lists) -> np.ndarray:
     graph = csr_matrix((np.ones(len(i), dtype=np.int8), (i, j)), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
     return labels
+
+
+def count_table(peers, counts, n: int, max_side: int = 1000) -> tuple[np.ndarray, int]:
+    """``(table, block)``: the ``[n, n]`` table of how often client i counted
+    peer j from its lists (``peers [n, w]``, -1 padding; ``counts [n, w]``),
+    summed over blocks of ``block`` clients a side so that no side exceeds
+    ``max_side`` (block 1: the table itself)."""
+    peers, counts = np.asarray(peers), np.asarray(counts)
+    block = max(1, -(-n // max_side))
+    side = -(-n // block)
+    table = np.zeros((side, side), dtype=np.int64)
+    rows, slots = np.nonzero(peers >= 0)
+    np.add.at(table, (rows // block, peers[rows, slots] // block), counts[rows, slots])
+    return table, block

@@ -27,6 +27,7 @@ import torch.distributed
 from fedclust import checkpoint, rng
 from fedclust.algorithms import registry
 from fedclust.algorithms.base import Algorithm, Context, RoundResult, RoundView
+from fedclust.algorithms.peer_counts import add_mask, empty_counts, from_matrix
 from fedclust.data import FederatedData, load_federated
 from fedclust.data.validation import carve_validation
 from fedclust.dist import CHECKPOINT_BLOCK_BYTES, ColumnBlocks, exchange_columns, gather_parts, gather_rows, make_fabric, shard_bounds
@@ -147,7 +148,9 @@ class LoopState:
     flat: torch.Tensor                       # [C, P] this rank's clients' models
     algo_state: Any                          # the algorithm's own state dataclass
     traffic: Traffic
-    stage1_counts: torch.Tensor              # [C, n] int32 times averaged with each peer in stage one
+    # who each client averaged with in stage one, as lists (fedclust.algorithms.peer_counts):
+    stage1_peers: torch.Tensor               # [C, w] int64 peers, ascending, -1 padding
+    stage1_counts: torch.Tensor              # [C, w] int32 times averaged with each
     saved: dict = field(default_factory=dict)        # arrays for neighbors.npz (stage one's, rank 0's)
     history: list = field(default_factory=list)      # every metrics record written so far
     final_lists: np.ndarray | None = None    # [n, m] int32 neighbour lists of the last evaluated round (-1: none)
@@ -157,8 +160,9 @@ class LoopState:
     @classmethod
     def fresh(cls, s: Setup) -> "LoopState":
         C = len(s.client_ids)
+        peers, counts = empty_counts(C, 0, s.device)
         return cls(round=0, flat=s.ctx.w0.expand(C, -1).clone(), algo_state=s.algo.init(s.ctx),
-                   traffic=Traffic(C, s.device), stage1_counts=torch.zeros(C, s.n, dtype=torch.int32, device=s.device),
+                   traffic=Traffic(C, s.device), stage1_peers=peers, stage1_counts=counts,
                    saved={} if s.data.clusters is None else {"clusters": s.data.clusters.cpu().numpy()})
 
     def state_dict(self, s: Setup) -> dict | None:
@@ -170,13 +174,13 @@ class LoopState:
         traffic = {"received": _gather(s, self.traffic.received), "max_round": _gather(s, self.traffic.max_round),
                    "server_received": self.traffic.server_received, "server_sent": self.traffic.server_sent,
                    "server_max": self.traffic.server_max}
-        counts = _gather(s, self.stage1_counts)
+        peers, counts = _gather_lists(s, self.round, self.stage1_peers, self.stage1_counts)
         if s.rank != 0:
             return None
         return {"config": to_dict(s.cfg), "inputs": s.inputs, "world_size": s.world,
                 "weights": weights,
                 "algorithm": {"clients": rows, "server": _cpu(sd["server"])}, "traffic": traffic,
-                "stage1_counts": counts, "saved": _cpu(self.saved), "history": self.history,
+                "stage1_peers": peers, "stage1_counts": counts, "saved": _cpu(self.saved), "history": self.history,
                 "metric_lines": len(self.history), "final_lists": _cpu(self.final_lists),
                 "final_assignment": _cpu(self.final_assignment), "run_id": self.run_id}
 
@@ -198,9 +202,13 @@ class LoopState:
             tr["server_received"], tr["server_sent"], tr["server_max"])
         saved = {k: (v.clone().numpy() if isinstance(v, torch.Tensor) else v) for k, v in payload["saved"].items()}
         lists = payload["final_lists"]
+        if "stage1_peers" in payload:
+            peers, counts = mine(payload["stage1_peers"]), mine(payload["stage1_counts"])
+        else:   # a checkpoint of an earlier version: a [n, n] table
+            peers, counts = from_matrix(mine(payload["stage1_counts"]))
         return cls(round=int(payload["round"]), flat=mine(payload["weights"]).contiguous(),
                    algo_state=s.algo.load_state_dict(s.ctx, algo_saved), traffic=traffic,
-                   stage1_counts=mine(payload["stage1_counts"]), saved=saved, history=list(payload["history"]),
+                   stage1_peers=peers, stage1_counts=counts, saved=saved, history=list(payload["history"]),
                    final_lists=None if lists is None else index_lists(lists.clone().numpy()),   # older: [n, n]
                    final_assignment=_to(payload["final_assignment"], s.device), run_id=payload.get("run_id"))
 
@@ -227,6 +235,20 @@ def _gather(s: Setup, rows):
         return None
     out = out.reshape((s.n,) + tuple(x.shape[1:]))
     return out.bool() if rows.dtype == torch.bool else out
+
+
+def _gather_lists(s: Setup, t: int, peers: torch.Tensor, counts: torch.Tensor):
+    """Every rank's count lists (``[C, w]``, w differing between ranks) as
+    ``[n, W]`` on rank 0's CPU, padded to the widest (None elsewhere)."""
+    width = peers.shape[1]
+    if s.world > 1:   # every rank learns the widest list, then pads to it
+        widths = s.collective(t, gather_rows, s.fabric, torch.full((len(s.client_ids), 1), width,
+                                                                    dtype=torch.int64, device=s.device), s.n)
+        width = int(widths.max())
+    pad = width - peers.shape[1]
+    peers = torch.cat([peers, peers.new_full((peers.shape[0], pad), -1)], dim=1)
+    counts = torch.cat([counts, counts.new_zeros((counts.shape[0], pad))], dim=1)
+    return _gather(s, peers), _gather(s, counts)
 
 
 def _map_tensors(value, fn):
@@ -293,7 +315,7 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     state.flat, state.algo_state, state.round = result.models, algo_state, t
     state.traffic.add(result)
     if result.averaged is not None and t <= s.stage1_end:
-        state.stage1_counts += result.averaged.to(torch.int32)
+        state.stage1_peers, state.stage1_counts = add_mask(state.stage1_peers, state.stage1_counts, result.averaged)
     if t == s.stage1_end:
         state.saved.update(_stage1_arrays(s, state))
     raised = int(all_flags.max()) if all_flags.numel() else 0
@@ -321,11 +343,13 @@ def _exchange(s: Setup, t: int, flat, before, train_loss, flags):
 def _stage1_arrays(s: Setup, state: LoopState) -> dict:
     """Who averaged with whom over stage one, and client 0's last
     similarities (client 0 is on rank 0), for the figures."""
-    arrays = {"stage1_counts": s.collective(state.round, gather_rows, s.fabric, state.stage1_counts, s.n)
-              .cpu().numpy()}
-    sim = getattr(state.algo_state, "last_similarity", None) if s.algo.stage_one_figures else None
-    if s.rank == 0 and sim is not None:
-        arrays["similarity_client0"] = sim[0].float().cpu().numpy()
+    peers, counts = _gather_lists(s, state.round, state.stage1_peers, state.stage1_counts)
+    if s.rank != 0:
+        return {}
+    arrays = {"stage1_peers": peers.numpy().astype(np.int32), "stage1_counts": counts.numpy()}
+    sim = getattr(state.algo_state, "similarity_client0", None) if s.algo.stage_one_figures else None
+    if sim is not None:
+        arrays["similarity_client0"] = sim.float().cpu().numpy()
     return arrays
 
 

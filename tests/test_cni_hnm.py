@@ -12,6 +12,7 @@ from fedclust.algorithms.hnm import (
     VAR_FLOOR_ABS, VAR_FLOOR_REL, draw_average, em_two_gaussians, hnm_draw, hnm_update, pooled_variance,
 )
 from fedclust.algorithms.panm import PanmState
+from fedclust.algorithms.similarity import similarity_matrix
 from fedclust.config import Config
 from fedclust.errors import ConfigError
 from panm_build import make_panm_grad, make_panm_loss
@@ -371,8 +372,10 @@ def test_select_for_all_clients_equals_two_halves():
         for (sw, mw, lw), (sl, ml, ll), (sh, mh, lh) in zip(whole, low, high):
             assert torch.equal(mw, torch.cat([ml, mh]))
             assert torch.equal(lw, torch.cat([ll, lh]))
-            assert torch.allclose(sw.last_similarity, torch.cat([sl.last_similarity, sh.last_similarity]),
-                                  equal_nan=True)
+            assert torch.allclose(similarity_matrix(sw.pool, sw.similarity),
+                                  torch.cat([similarity_matrix(x.pool, x.similarity) for x in (sl, sh)]), equal_nan=True)
+            assert torch.allclose(sw.similarity_client0, sl.similarity_client0, equal_nan=True)
+            assert sh.similarity_client0 is None   # client 0 is on the low half
             assert torch.equal(sw.hnm_failed, torch.cat([sl.hnm_failed, sh.hnm_failed]))
 
 
@@ -391,11 +394,15 @@ def test_panm_masks_and_state_over_both_stages():
             else:
                 assert not (mask & ~nl).any()
                 assert torch.equal(mask.sum(1), nl.sum(1).clamp(max=k))
-            # NaN exactly where nothing was computed: the diagonal always
-            assert torch.isnan(state.last_similarity[eye]).all()
-        if make is make_panm_loss:   # loss: computed on the contacted peers only
-            first = steps[0][0].last_similarity
-            assert (~torch.isnan(first)).sum(1).eq(5).all()
+            # kept where computed, the pool: never the client itself, NaN elsewhere
+            sims = similarity_matrix(state.pool, state.similarity)
+            assert not (state.pool & eye).any() and torch.equal(~torch.isnan(sims), state.pool)
+            assert torch.isnan(state.similarity_client0[0])
+        first = steps[0][0]   # round 1 ranks the l = 5 candidates alone
+        assert first.pool.sum(1).eq(5).all()
+        row0 = ~torch.isnan(first.similarity_client0)
+        # client 0's row for the figure: PANMGrad computes all of it, PANMLoss its pool
+        assert torch.equal(row0, ~eye[0] if make is make_panm_grad else first.pool[0])
 
 
 def test_panm_finds_the_clusters_in_a_clear_world():
@@ -426,8 +433,10 @@ def test_hnm_alpha_weights_the_update_cosine_of_stage_two_only():
         steps = run(make_panm_grad(cfg), ctx, 4, n, P, clusters)
         for t, (state, _, _) in enumerate(steps, start=1):
             w0, before, after, _ = world(n, P, t, clusters)
-            want = grad_similarity(after, before, w0, 0.3 if t <= T1 else hnm_alpha)
-            assert torch.allclose(state.last_similarity[~eye], want[~eye].float(), atol=1e-6), (hnm_alpha, t)
+            want = grad_similarity(after, before, w0, 0.3 if t <= T1 else hnm_alpha).float()
+            got = similarity_matrix(state.pool, state.similarity)
+            assert torch.allclose(got[state.pool], want[state.pool], atol=1e-6), (hnm_alpha, t)
+            assert torch.allclose(state.similarity_client0[1:], want[0, 1:], atol=1e-6), (hnm_alpha, t)
     cfg = config()
     cfg.panm.hnm_alpha = 1.5
     with pytest.raises(ConfigError) as exc:

@@ -7,7 +7,7 @@ import torch
 
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.algorithms.hnm import hnm_update
-from fedclust.algorithms.similarity import NOT_COMPUTED, loss_em_input
+from fedclust.algorithms.similarity import NOT_COMPUTED, loss_em_input, similarity_matrix
 from fedclust.config import Config
 from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
@@ -152,7 +152,7 @@ def test_panm_loss_stage_two_by_em_input(em_variance):
             want = same[i] if em_input == "neg_loss" else same[i][:2]   # inverse keeps the near-self two
             assert got == want, (em_input, i, got)
         # what the state records is s = 1/F either way
-        assert math.isclose(float(two.last_similarity[0, 1]), 1.0 / 0.01, rel_tol=1e-5)
+        assert math.isclose(float(similarity_matrix(two.pool, two.similarity)[0, 1]), 1.0 / 0.01, rel_tol=1e-5)
 
 
 def test_em_input_config():

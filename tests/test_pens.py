@@ -7,6 +7,7 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.base import Context, RoundView
+from fedclust.algorithms.peer_counts import counted_more_than, counts_matrix, from_matrix
 from fedclust.algorithms.pens import PENS, PensState, fixed_list, pens_reference_threshold, pens_threshold
 from fedclust.config import Config
 from fedclust.errors import ConfigError
@@ -123,10 +124,14 @@ def test_reference_threshold():
 def test_fixed_list_and_fallback():
     counts = torch.tensor([[0, 4, 3, 5], [1, 0, 2, 3], [0, 0, 0, 0]])
     last = torch.tensor([[False, True, False, False], [True, False, True, False], [False, False, False, True]])
-    got, fell = fixed_list(counts, last, 3)
+    peers, listed = from_matrix(counts)                    # the lists PENS keeps: [[1, 2, 3], [0, 2, 3], []]
+    assert peers.tolist() == [[1, 2, 3], [0, 2, 3], [-1, -1, -1]] and listed.tolist()[0] == [4, 3, 5]
+    chosen = counted_more_than(peers, listed, 3, 4)
+    assert torch.equal(chosen, counts > 3)
+    got, fell = fixed_list(chosen, last)
     assert got.tolist() == [[False, True, False, True], [True, False, True, False], [False, False, False, True]]
     assert fell.tolist() == [False, True, True]
-    got, fell = fixed_list(counts, last, 3, "alone")
+    got, fell = fixed_list(chosen, last, "alone")
     assert got.tolist() == [[False, True, False, True], [False] * 4, [False] * 4]
     assert fell.tolist() == [False, True, True]
 
@@ -158,7 +163,7 @@ def test_pens_equals_plain_loop(count, empty_list, k):
                 assert picked <= lists[i] and len(picked) == min(K, len(lists[i]))
     # client 0's loss grows with the peer's index: its top k are its k lowest-numbered candidates
     for state, mask, _ in steps[:T1]:
-        cand = torch.nonzero(~torch.isnan(state.last_similarity[0])).flatten().tolist()
+        cand = torch.nonzero(state.pool[0]).flatten().tolist()
         assert torch.nonzero(mask[0]).flatten().tolist() == sorted(cand)[:K]
     counts = steps[T1 - 1][0].counts
     assert counts.sum(1).eq(T1 * (K + L if count == "drawn_and_selected" else K)).all()
@@ -166,7 +171,7 @@ def test_pens_equals_plain_loop(count, empty_list, k):
 
 def test_candidates_are_fresh_each_round():
     steps = run(range(N), T1)
-    seen = [~torch.isnan(s.last_similarity) for s, _, _ in steps]
+    seen = [s.pool for s, _, _ in steps]
     assert all(int(x.sum(1).max()) == L and int(x.sum(1).min()) == L for x in seen)
     assert not all(torch.equal(seen[0], x) for x in seen[1:])
 
@@ -176,14 +181,16 @@ def test_all_clients_equal_two_halves():
     for (sw, mw, lw), (sl, ml, ll), (sh, mh, lh) in zip(whole, low, high):
         assert torch.equal(mw, torch.cat([ml, mh])) and torch.equal(lw, torch.cat([ll, lh]))
         assert torch.equal(sw.counts, torch.cat([sl.counts, sh.counts]))
+        assert torch.equal(sw.count_peers, torch.cat([sl.count_peers, sh.count_peers]))
 
 
 def test_drawn_and_selected_counts_by_hand():
     """Counting draws too adds exactly each round's candidates to the counts."""
     sel = run(range(N), T1, "selected")
     both = run(range(N), T1, "drawn_and_selected")
-    drawn = sum((~torch.isnan(s.last_similarity)).to(torch.int64) for s, _, _ in sel)
-    assert torch.equal(both[-1][0].counts, sel[-1][0].counts + drawn)
+    drawn = sum(s.pool.to(torch.int64) for s, _, _ in sel)
+    table = [counts_matrix(s.count_peers, s.counts, N) for s in (both[-1][0], sel[-1][0])]
+    assert torch.equal(table[0], table[1] + drawn)
     assert all(torch.equal(a[1], b[1]) for a, b in zip(sel, both))   # stage one picks the same top k
 
 

@@ -197,6 +197,38 @@ def test_resume_modes_and_config_differences(tmp_path):
     assert whole["final_accuracy"] == summary["final_accuracy"]
 
 
+@pytest.mark.parametrize("name", ["pens", "panm_grad"])
+def test_a_checkpoint_with_the_earlier_n_by_n_state_resumes_exactly(tmp_path, name):
+    """Checkpoints written before the stage-one counts were lists hold them as [n, n] tables (the runner's
+    int32, PENS's int64) and PANM's and PENS's last similarities as [n, n] float32: such a checkpoint from
+    the middle of stage one resumes to exactly the uninterrupted run."""
+    import numpy as np
+
+    from fedclust.algorithms.peer_counts import counts_matrix
+
+    extra = ("stage1_rounds=6",)
+    in_process(name, tmp_path / "whole", *extra)
+    shutil.copytree(tmp_path / "whole", tmp_path / "old")
+    old = tmp_path / "old"
+    checkpoint.path_for(old, 8).unlink()
+    (old / "summary.json").unlink()
+    path, payload = checkpoint.newest(old)
+    assert int(payload["round"]) == 6
+    n = 8
+    table = counts_matrix(payload.pop("stage1_peers"), payload["stage1_counts"], n).to(torch.int32)
+    assert table.sum() == 6 * n * 2   # rounds 1-6, k = 2 peers each
+    payload["stage1_counts"] = table
+    clients = payload["algorithm"]["clients"]
+    if name == "pens":
+        clients["counts"] = counts_matrix(clients.pop("count_peers"), clients["counts"], n)
+    clients["last_similarity"] = torch.full((n, n), float("nan"))
+    checkpoint.write(old, 6, {k: v for k, v in payload.items() if k not in ("format", "round", "complete")})
+    in_process(name, old, *extra)
+    assert results(old) == results(tmp_path / "whole")
+    a, b = (np.load(d / "neighbors.npz") for d in (old, tmp_path / "whole"))
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+
+
 def test_only_the_run_algorithms_sections_are_compared():
     saved = {"clients": 8, "train": {"lr": 0.08}, "pens": {"count": "reference"}}
     now = {"clients": 8, "train": {"lr": 0.08}, "pens": {"count": "selected"}, "my_plugin": {"x": 1}}

@@ -127,13 +127,21 @@ def client_rows(**kwargs):
     return field(metadata={"rows": "client"}, **kwargs)
 
 
+def round_only(**kwargs):
+    """A state dataclass field read only in the round that sets it (e.g. the
+    peers a client contacted this round, for the traffic count): never saved,
+    and back at its default after a resume."""
+    return field(metadata={"rows": "round"}, **kwargs)
+
+
 def _is_client_field(f) -> bool:
     return f.metadata.get("rows") == "client"
 
 
 def split_state(state) -> tuple[dict, dict]:
     """``(client rows, server state)`` of a state: a dataclass (fields marked
-    :func:`client_rows` are rows), or None."""
+    :func:`client_rows` are rows, those marked :func:`round_only` are left
+    out), or None."""
     if state is None:
         return {}, {}
     if not dataclasses.is_dataclass(state):
@@ -141,7 +149,8 @@ def split_state(state) -> tuple[dict, dict]:
                         "override Algorithm.state_dict / load_state_dict")
     rows, server = {}, {}
     for f in dataclasses.fields(state):
-        (rows if _is_client_field(f) else server)[f.name] = getattr(state, f.name)
+        if f.metadata.get("rows") != "round":
+            (rows if _is_client_field(f) else server)[f.name] = getattr(state, f.name)
     return rows, server
 
 
@@ -200,6 +209,8 @@ class Algorithm:
     # none) and, as ``final_<key>``, in summary.json; none by default (the record is unchanged)
     extra_accuracies: ClassVar[tuple[str, ...]] = ()
     validation_key: ClassVar[str] = ""   # the config key of validation_share, named by the errors about it
+    # state fields that checkpoints of earlier versions hold and this version no longer keeps: dropped on resume
+    retired_state: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_config(cls, cfg) -> "Algorithm":
@@ -282,7 +293,13 @@ class Algorithm:
         template = self.init(ctx)
         if template is None:
             return None
-        return dataclasses.replace(template, **saved["clients"], **saved["server"])
+        kept = {f.name for f in dataclasses.fields(template)}
+        values = {**saved["clients"], **saved["server"]}
+        unknown = sorted(set(values) - kept - set(self.retired_state))
+        if unknown:
+            raise ValueError(f"{self.name}: the checkpoint's algorithm state has fields {unknown} that this version "
+                             "does not know: resume with the fedclust version that wrote it")
+        return dataclasses.replace(template, **{k: v for k, v in values.items() if k in kept})
 
 
 class PeerAlgorithm(Algorithm):

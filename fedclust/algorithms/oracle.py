@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
 from fedclust.algorithms.registry import register
 from fedclust.data import registry as data_registry
 from fedclust.errors import ConfigError
@@ -19,11 +19,6 @@ def same_cluster_mask(ctx: Context) -> torch.Tensor:
     clusters = ctx.clusters.to(ctx.device)
     own = clusters[ctx.client_ids.to(ctx.device)]
     return (own[:, None] == clusters[None, :]) & ~ctx.self_mask
-
-
-@dataclass
-class OracleState:
-    same_cluster: torch.Tensor = client_rows()   # [C, n] bool: true same-cluster peers
 
 
 @register
@@ -49,9 +44,7 @@ class Oracle(PeerAlgorithm):
                               "`cluster` array (the true cluster of every client, [clients] integers) to the file, "
                               "or choose another algorithm")
 
-    def init(self, ctx: Context) -> OracleState:
-        return OracleState(same_cluster_mask(ctx))
-
-    def select(self, state: OracleState, ctx: Context, view: RoundView):
-        return state, rng.choose_from_mask(ctx.seed, view.round, "neighbors", ctx.client_ids, state.same_cluster,
-                                           self.k)
+    def select(self, state: None, ctx: Context, view: RoundView):
+        """Stateless: the true same-cluster peers are read from ``ctx.clusters`` each round (no [C, n] state)."""
+        return state, rng.choose_from_mask(ctx.seed, view.round, "neighbors", ctx.client_ids,
+                                           same_cluster_mask(ctx), self.k)

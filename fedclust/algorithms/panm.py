@@ -10,17 +10,16 @@ What fedclust runs, its keys and its departures: docs/algorithms.md, "PANM".
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows, round_only
 from fedclust.algorithms.cni import cni_pool, draw_candidates, top_k_in_mask
 from fedclust.algorithms.hnm import draw_average, hnm_draw, hnm_update
 from fedclust.algorithms.registry import register
-from fedclust.algorithms.similarity import loss_em_input, recorded_similarity, similarity_for
+from fedclust.algorithms.similarity import client0_similarity, loss_em_input, pool_similarity, similarity_for
 from fedclust.errors import ConfigError
 from fedclust.schema import one_of, option
 
@@ -55,10 +54,12 @@ class PanmState:
     """Rows are ``ctx.client_ids``."""
 
     neighbors: torch.Tensor = client_rows()        # [C, n] bool: N_i (stage one: N_i^t of the last round)
-    last_similarity: torch.Tensor = client_rows()  # [C, n] float32: last computed s_ij, NaN where not computed
     hnm_failed: torch.Tensor = client_rows()       # [C] bool: the last HNM step found no split and kept N_i
-    pool: torch.Tensor | None = client_rows(default=None)  # [C, n] bool: peers whose similarity was computed
-    similarity_round: int = 0                      # round of last_similarity (0: none yet), replicated
+    similarity_round: int = 0                      # round of the last similarities (0: none yet), replicated
+    # The round's similarities, read in that round only (traffic and the stage-one figure):
+    pool: torch.Tensor | None = round_only(default=None)           # [C, n] bool: peers whose similarity was computed
+    similarity: torch.Tensor | None = round_only(default=None)     # [C, m] float32 s_ij on the pool (pool_similarity)
+    similarity_client0: torch.Tensor | None = round_only(default=None)   # [n] float32 on client 0's rank (figure)
 
 
 @dataclass
@@ -76,6 +77,7 @@ class PANM(PeerAlgorithm):
     needs_k = needs_l = needs_stages = keeps_k_of_l = True
     stage_one_figures = True
     sections = {"panm": PanmConfig}
+    retired_state = ("last_similarity",)   # older checkpoints' [C, n] float32: now kept on the pool, for the round
 
     @classmethod
     def from_config(cls, cfg) -> "PANM":
@@ -86,7 +88,6 @@ class PANM(PeerAlgorithm):
         C, n = len(ctx.client_ids), ctx.n
         return PanmState(
             neighbors=torch.zeros(C, n, dtype=torch.bool, device=ctx.device),
-            last_similarity=torch.full((C, n), math.nan, dtype=torch.float32, device=ctx.device),
             hnm_failed=torch.zeros(C, dtype=torch.bool, device=ctx.device),
             similarity_round=0,
         )
@@ -104,9 +105,7 @@ class PANM(PeerAlgorithm):
         pool = cni_pool(cand, state.neighbors)  # N_i^0 is empty: round 1 ranks C_i alone
         sim = similarity_for(self.metric, self.alpha, ctx, view, pool)
         neighbors = top_k_in_mask(sim, pool, self.k)
-        new = dataclasses.replace(
-            state, neighbors=neighbors, similarity_round=view.round, pool=pool,
-            last_similarity=recorded_similarity(sim, pool, self_mask, full=self.metric == "grad"))
+        new = dataclasses.replace(state, neighbors=neighbors, **self._recorded(sim, pool, ctx, view.round))
         return new, neighbors
 
     def _stage_two(self, state: PanmState, ctx: Context, view: RoundView):
@@ -120,10 +119,15 @@ class PANM(PeerAlgorithm):
             sim = similarity_for(self.metric, self.panm.hnm_alpha, ctx, view, pool)
             y = loss_em_input(sim, self.panm.em_input) if self.metric == "loss" else sim
             neighbors, failed = hnm_update(state.neighbors, cand, sample, y, variance=self.panm.em_variance)
-            new = dataclasses.replace(
-                state, neighbors=neighbors, hnm_failed=failed, similarity_round=t, pool=pool,
-                last_similarity=recorded_similarity(sim, pool, self_mask, full=self.metric == "grad"))
+            new = dataclasses.replace(state, neighbors=neighbors, hnm_failed=failed,
+                                      **self._recorded(sim, pool, ctx, t))
         return new, draw_average(ctx.seed, t, ctx.client_ids, new.neighbors, self.k)
+
+    def _recorded(self, sim: torch.Tensor, pool: torch.Tensor, ctx: Context, round_: int) -> dict:
+        """What the state keeps of a round's similarities: on the pool, and client 0's row (PANMGrad computes
+        all of it)."""
+        return dict(similarity_round=round_, pool=pool, similarity=pool_similarity(sim, pool),
+                    similarity_client0=client0_similarity(sim, pool, ctx.client_ids, full=self.metric == "grad"))
 
     def neighbor_list(self, state: PanmState, averaged: torch.Tensor) -> torch.Tensor:
         return state.neighbors

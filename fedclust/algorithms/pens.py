@@ -10,16 +10,16 @@ docs/algorithms.md, "PENS".
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows, round_only
 from fedclust.algorithms.cni import draw_candidates, top_k_in_mask
+from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_counts, from_matrix
 from fedclust.algorithms.registry import register
-from fedclust.algorithms.similarity import recorded_similarity, similarity_for
+from fedclust.algorithms.similarity import client0_similarity, pool_similarity, similarity_for
 from fedclust.errors import ConfigError
 from fedclust.schema import one_of, option
 
@@ -54,13 +54,18 @@ class PensConfig:
 class PensState:
     """Rows are ``ctx.client_ids``."""
 
-    counts: torch.Tensor = client_rows()           # [C, n] int64: times each peer was chosen in stage one
+    # Times each peer was chosen in stage one, as lists (fedclust.algorithms.peer_counts), count_width slots:
+    count_peers: torch.Tensor = client_rows()      # [C, w] int64 peers, ascending, -1 padding
+    counts: torch.Tensor = client_rows()           # [C, w] int32 their counts
     last_topk: torch.Tensor = client_rows()        # [C, n] bool: the top k of the last stage-one round
     fixed: torch.Tensor = client_rows()            # [C, n] bool: the stage-two list (empty until it is formed)
     fell_back: torch.Tensor = client_rows()        # [C] bool: the fixed list came out empty (pens.empty_list)
-    last_similarity: torch.Tensor = client_rows()  # [C, n] float32: last computed s_ij, NaN where not computed
     formed: bool = False                           # whether ``fixed`` has been formed (first stage-two round)
-    similarity_round: int = 0                      # round of last_similarity (0: none yet)
+    similarity_round: int = 0                      # round of the last similarities (0: none yet)
+    # The round's similarities, read in that round only (traffic and the stage-one figure):
+    pool: torch.Tensor | None = round_only(default=None)           # [C, n] bool: the candidates ranked
+    similarity: torch.Tensor | None = round_only(default=None)     # [C, m] float32 s_ij on them (pool_similarity)
+    similarity_client0: torch.Tensor | None = round_only(default=None)   # [n] float32 on client 0's rank (figure)
 
 
 def pens_threshold(stage1_rounds: int, l: int, k: int, n: int) -> int:
@@ -85,13 +90,11 @@ def count_threshold(count: str, stage1_rounds: int, l: int, k: int, n: int) -> i
     return pens_threshold(stage1_rounds, l, k, n)
 
 
-def fixed_list(counts: torch.Tensor, last_topk: torch.Tensor, threshold: int,
-               empty_list: str = "last_topk") -> tuple[torch.Tensor, torch.Tensor]:
-    """``(list [C, n], empty [C])``: peers chosen more than ``threshold``
-    times; a row with none falls back to its last top k (``last_topk``, so
-    the client does not fall silent) or stays empty (``alone``: the client
-    trains alone, as the reference code)."""
-    chosen = counts > threshold
+def fixed_list(chosen: torch.Tensor, last_topk: torch.Tensor, empty_list: str = "last_topk") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(list [C, n], empty [C])``: the peers ``chosen`` (bool ``[C, n]``,
+    those counted more than the threshold); a row with none falls back to
+    its last top k (``last_topk``, so the client does not fall silent) or
+    stays empty (``alone``: the client trains alone, as the reference code)."""
     empty = ~chosen.any(1)
     if empty_list == "alone":
         return chosen, empty
@@ -115,6 +118,7 @@ class PENS(PeerAlgorithm):
     needs_k = needs_l = needs_stages = keeps_k_of_l = True
     stage_one_figures = True
     sections = {"pens": PensConfig}
+    retired_state = ("last_similarity",)   # older checkpoints' [C, n] float32: now kept on the pool, for the round
     paper_results = {("fmnist", "rotation", 2): (86.82, 0.11)}
 
     @classmethod
@@ -122,13 +126,25 @@ class PENS(PeerAlgorithm):
         a = cfg.algorithm
         return cls(a.k, a.l, cfg.stage1_rounds, cfg.pens)
 
+    def count_width(self, n: int) -> int:
+        """Slots of a client's count list: the distinct peers stage one can count (never itself)."""
+        per_round = self.l if self.pens.count == "drawn_and_selected" else self.k
+        return min(n - 1, self.stage1_rounds * per_round)
+
     def init(self, ctx: Context) -> PensState:
         C, n, dev = len(ctx.client_ids), ctx.n, ctx.device
         no = torch.zeros(C, n, dtype=torch.bool, device=dev)
-        return PensState(
-            counts=torch.zeros(C, n, dtype=torch.int64, device=dev), last_topk=no, fixed=no.clone(), formed=False,
-            fell_back=torch.zeros(C, dtype=torch.bool, device=dev),
-            last_similarity=torch.full((C, n), math.nan, dtype=torch.float32, device=dev), similarity_round=0)
+        peers, counts = empty_counts(C, self.count_width(n), dev)
+        return PensState(count_peers=peers, counts=counts, last_topk=no, fixed=no.clone(), formed=False,
+                         fell_back=torch.zeros(C, dtype=torch.bool, device=dev), similarity_round=0)
+
+    def load_state_dict(self, ctx: Context, saved: dict) -> PensState:
+        rows = saved["clients"]
+        if "count_peers" not in rows:   # a checkpoint of an earlier version: counts as a [C, n] int64 table
+            rows = dict(rows)
+            rows["count_peers"], rows["counts"] = from_matrix(rows["counts"], self.count_width(ctx.n))
+            saved = {**saved, "clients": rows}
+        return super().load_state_dict(ctx, saved)
 
     def select(self, state: PensState, ctx: Context, view: RoundView) -> tuple[PensState, torch.Tensor]:
         t = view.round
@@ -136,25 +152,27 @@ class PENS(PeerAlgorithm):
             cand = draw_candidates(ctx.seed, t, ctx.client_ids, ctx.self_mask, self.l)
             sim = similarity_for("loss", 0.0, ctx, view, cand)
             top = top_k_in_mask(sim, cand, self.k)
-            chosen = top.to(torch.int64)
+            peers, counts = add_mask(state.count_peers, state.counts, top, self.count_width(ctx.n))
             if self.pens.count == "drawn_and_selected":
-                chosen = chosen + cand.to(torch.int64)
+                peers, counts = add_mask(peers, counts, cand, self.count_width(ctx.n))
             new = dataclasses.replace(
-                state, counts=state.counts + chosen, last_topk=top, similarity_round=t,
-                last_similarity=recorded_similarity(sim, cand, ctx.self_mask, full=False))
+                state, count_peers=peers, counts=counts, last_topk=top, similarity_round=t, pool=cand,
+                similarity=pool_similarity(sim, cand),
+                similarity_client0=client0_similarity(sim, cand, ctx.client_ids, full=False))
             return new, top
         if not state.formed:
             threshold = count_threshold(self.pens.count, self.stage1_rounds, self.l, self.k, ctx.n)
-            fixed, fell_back = fixed_list(state.counts, state.last_topk, threshold, self.pens.empty_list)
+            chosen = counted_more_than(state.count_peers, state.counts, threshold, ctx.n)
+            fixed, fell_back = fixed_list(chosen, state.last_topk, self.pens.empty_list)
             state = dataclasses.replace(state, fixed=fixed, fell_back=fell_back, formed=True)
         draw = self.pens.stage2_neighbours or self.k
         return state, rng.choose_from_mask(ctx.seed, t, "pens", ctx.client_ids, state.fixed, draw)
 
     def contacted(self, state: PensState, round_: int) -> torch.Tensor:
         """Stage one fetches the l candidates' models to rank them; stage two none beyond the averaged."""
-        if state.similarity_round != round_:
-            return torch.zeros_like(state.counts, dtype=torch.bool)
-        return ~torch.isnan(state.last_similarity)
+        if state.pool is None or state.similarity_round != round_:
+            return torch.zeros_like(state.last_topk)
+        return state.pool
 
     def neighbor_list(self, state: PensState, averaged: torch.Tensor) -> torch.Tensor:
         """Stage one: this round's top k; stage two: the fixed list."""

@@ -247,7 +247,36 @@ def similarity_for(metric: str, alpha: float, ctx, view, pool: torch.Tensor) -> 
                                 full_rows=ctx.client_ids == 0)
 
 
-def recorded_similarity(sim: torch.Tensor, pool: torch.Tensor, self_mask: torch.Tensor, full: bool) -> torch.Tensor:
-    """What the state keeps: float32 similarities, NaN where not computed and on the diagonal."""
-    keep = ~self_mask if full else pool
-    return torch.where(keep, sim.to(torch.float32), torch.full_like(sim, math.nan, dtype=torch.float32))
+def pool_similarity(sim: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """What the state keeps of a round's similarities: ``[C, m]`` float32,
+    row c's values at its pool's columns in increasing order
+    (:func:`fedclust.algorithms.aggregation.neighbor_indices` of ``pool``),
+    NaN in the padding.  C·m numbers, not C·n."""
+    idx, valid = neighbor_indices(pool)
+    values = sim.gather(1, idx).to(torch.float32)
+    return values.masked_fill(~valid, math.nan)
+
+
+def similarity_matrix(pool: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``[C, n]`` float32 of :func:`pool_similarity`'s values: the similarity
+    where it was computed (the pool), NaN elsewhere (to inspect and test)."""
+    idx, valid = neighbor_indices(pool)
+    out = torch.full(pool.shape, math.nan, dtype=torch.float32, device=pool.device)
+    rows = torch.arange(pool.shape[0], device=pool.device)[:, None].expand_as(idx)
+    out[rows[valid], idx[valid]] = values[:, :idx.shape[1]][valid]
+    return out
+
+
+def client0_similarity(sim: torch.Tensor, pool: torch.Tensor, client_ids: torch.Tensor,
+                       full: bool) -> torch.Tensor | None:
+    """Client 0's similarities for the figure (``[n]`` float32, NaN where not
+    computed and on client 0 itself) on the rank that holds client 0, None on
+    the others.  ``full``: the similarity computed every column of client 0's
+    row (PANMGrad); else only its pool counts."""
+    at = (client_ids == 0).nonzero().flatten()
+    if len(at) == 0:
+        return None
+    row = sim[int(at[0])].to(torch.float32)
+    keep = torch.ones_like(pool[0]) if full else pool[int(at[0])].clone()
+    keep[0] = False
+    return torch.where(keep, row, torch.full_like(row, math.nan))
