@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from fedclust.algorithms.aggregation import neighbor_indices
+from fedclust.algorithms.aggregation import neighbor_indices, row_counts
 from fedclust.data import dataset
 from fedclust.dist import gather_rows
 from fedclust.engine.train import evaluate
@@ -53,7 +53,7 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
     traffic = state.traffic
     extra = extra_accuracies(s, state, acc)
-    sizes = lists.sum(1).double()
+    sizes = row_counts(lists).double()
     local = torch.stack([acc.double(), loss.double(), precision.double(), recall.double(),
                          traffic.received.double(), traffic.max_round.double(), *extra.values(), sizes], dim=1)
     # The float64 numbers bit for bit, each client's list length last: every rank learns the longest list.

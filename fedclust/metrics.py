@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from scipy.sparse import csr_matrix
 
+from fedclust.algorithms.aggregation import row_counts
 from fedclust.lists import graph_components
 
 
@@ -26,9 +27,9 @@ def neighbor_precision_recall(lists: torch.Tensor, clusters: torch.Tensor, clien
     own = clusters[client_ids.to(lists.device)]
     same = own[:, None] == clusters[None, :]
     same[torch.arange(len(client_ids), device=lists.device), client_ids.to(lists.device)] = False
-    hits = (lists & same).sum(1).double()
-    size = lists.sum(1).double()
-    peers = same.sum(1).double()
+    hits = row_counts(lists & same).double()
+    size = row_counts(lists).double()
+    peers = (torch.bincount(clusters)[own] - 1).double()   # the other members of the client's cluster
     nan = torch.full_like(hits, float("nan"))
     precision = torch.where(size > 0, hits / size.clamp(min=1), nan)
     recall = torch.where(peers > 0, hits / peers.clamp(min=1), nan)

@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
-from fedclust.algorithms.aggregation import gossip, gossip_columns, own
+from fedclust.algorithms.aggregation import gossip, gossip_columns, own, row_counts
 from fedclust.errors import ConfigError
 
 
@@ -338,5 +338,5 @@ class PeerAlgorithm(Algorithm):
                     else gossip_columns(averaged, ctx.self_mask, view.columns)),
             lists=self.neighbor_list(state, averaged),
             averaged=averaged,
-            received=contacted.sum(1),
+            received=row_counts(contacted),
         )
