@@ -32,6 +32,8 @@ def main(argv):
 
     def update(neighbors, cand, sample, similarity, **kw):
         new, failed = orig_update(neighbors, cand, sample, similarity, **kw)
+        if not isinstance(similarity, torch.Tensor):   # PoolScores: the values on the pool, NaN elsewhere
+            similarity = similarity.matrix(neighbors.shape[1])
         current.update(before=neighbors.cpu().numpy(), after=new.cpu().numpy(), cand=cand.cpu().numpy(),
                        sample=sample.cpu().numpy(), y=similarity.float().cpu().numpy(), failed=failed.cpu().numpy())
         return new, failed

@@ -144,3 +144,34 @@ def test_grad_similarity_on_the_pools_equals_the_dense_one_there_and_a_shards_ro
     for lo, hi in ((0, 11), (11, 30)):                       # two ranks' shards, pools of other widths
         part = grad_similarity_pool(after, before, w0, 0.3, pool[lo:hi], own=slice(lo, hi))
         assert torch.equal(part[pool[lo:hi]], whole[lo:hi][pool[lo:hi]])
+
+
+def test_pool_scores_hold_the_matrix_on_the_pool_and_feed_hnm_alike():
+    """The scores PANM and PENS use (C·m values) are the [C, n] similarity on the pool: the same top k, the
+    same HNM step, the same record; client 0's row is whole where the similarity computed it."""
+    from fedclust.algorithms.cni import top_k_in_mask, top_k_of_pool
+    from fedclust.algorithms.hnm import hnm_update
+    from fedclust.algorithms.similarity import PoolScores, client0_similarity, pool_similarity, similarity_matrix
+
+    g = torch.Generator().manual_seed(4)
+    C, n = 6, 15
+    sim = torch.randn(C, n, generator=g)
+    neighbors = torch.rand(C, n, generator=g) < 0.3
+    cand = (torch.rand(C, n, generator=g) < 0.3) & ~neighbors
+    sample = neighbors & (torch.rand(C, n, generator=g) < 0.7)
+    pool = cand | sample
+    scores = PoolScores.from_matrix(sim, pool)
+    assert torch.equal(scores.matrix(n)[pool], sim[pool]) and torch.isnan(scores.matrix(n)[~pool]).all()
+    assert torch.equal(top_k_of_pool(scores.values, scores.idx, scores.valid, 2, n), top_k_in_mask(sim, pool, 2))
+    a, b = hnm_update(neighbors, cand, sample, sim), hnm_update(neighbors, cand, sample, scores)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    kept = similarity_matrix(pool, pool_similarity(scores))
+    assert torch.equal(kept[pool], sim[pool]) and torch.isnan(kept[~pool]).all()
+    ids = torch.arange(C)
+    row = client0_similarity(scores, ids, n)                     # the pool of client 0 only
+    want = torch.where(pool[0], sim[0], torch.full_like(sim[0], float("nan")))
+    want[0] = float("nan")
+    assert torch.allclose(row, want, equal_nan=True)
+    whole = client0_similarity(PoolScores.from_matrix(sim, pool, row0=sim[0]), ids, n)
+    assert torch.isnan(whole[0]) and torch.equal(whole[1:], sim[0, 1:])
+    assert client0_similarity(scores, ids + 1, n) is None       # client 0 is on another rank

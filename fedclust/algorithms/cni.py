@@ -23,11 +23,21 @@ def top_k_in_mask(similarity: torch.Tensor, allowed: torch.Tensor, k: int) -> to
     entries are sorted (a stable sort of each row's m allowed values, taken
     in column order), not all n."""
     C, n = allowed.shape
-    out = torch.zeros_like(allowed)
     if min(k, n) <= 0 or C == 0:
-        return out
+        return torch.zeros_like(allowed)
     idx, valid = neighbor_indices(allowed)                   # [C, m], columns ascending
-    sim = torch.nan_to_num(similarity.gather(1, idx).to(torch.float64), nan=float("-inf"))
+    return top_k_of_pool(similarity.gather(1, idx), idx, valid, k, n)
+
+
+def top_k_of_pool(values: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor, k: int, n: int) -> torch.Tensor:
+    """:func:`top_k_in_mask` from the similarities on the allowed entries
+    alone: ``values [C, m]`` at columns ``idx [C, m]`` (each row's allowed
+    columns in increasing order, ``valid`` False in the padding), as
+    :class:`fedclust.algorithms.similarity.PoolScores` holds them."""
+    C = idx.shape[0]
+    if min(k, n) <= 0 or C == 0:
+        return torch.zeros(C, n, dtype=torch.bool, device=idx.device)
+    sim = torch.nan_to_num(values.to(torch.float64), nan=float("-inf"))
     sim = sim.masked_fill(~valid, float("-inf"))
     # stable sorts: by similarity (descending), then real entries before padding
     order = torch.sort(sim, dim=1, descending=True, stable=True).indices

@@ -124,19 +124,25 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
                similarity: torch.Tensor, **em_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """One HNM step (PANM paper Eq. 18): ``(new N [C, n], failed [C])``.
 
-    ``similarity [C, n]`` must hold ``s_ij`` on ``M = C ∪ S``.  S starts in
+    ``similarity`` must hold ``s_ij`` on ``M = C ∪ S``: a ``[C, n]`` matrix,
+    or :class:`fedclust.algorithms.similarity.PoolScores` on that pool
+    (its values are read as they are, no ``[C, n]`` matrix).  S starts in
     component A, C in B; ``H`` is the higher-mean component and
     ``N ← (N \\ S) ∪ H``.  Where EM ends with a component empty, N is left
     unchanged and ``failed`` is True.
     """
     pool = cand | sample
-    idx, valid = neighbor_indices(pool)   # padding points at column 0: read only where valid
+    if isinstance(similarity, torch.Tensor):
+        idx, valid = neighbor_indices(pool)   # padding points at column 0: read only where valid
+        values = similarity.gather(1, idx)
+    else:                                     # PoolScores on this pool: its columns are the same idx
+        idx, valid, values = similarity.idx, similarity.valid, similarity.values
     if idx.shape[1] == 0:
         return neighbors.clone(), torch.ones(neighbors.shape[0], dtype=torch.bool, device=neighbors.device)
     # The EM is a loop of tiny steps ([C, 2l] values) with a convergence check each step: on a GPU that is
     # hundreds of kernel launches and a host sync per step, so it runs on the host there (same float64 math).
     host = torch.device("cpu")
-    res = em_two_gaussians(similarity.gather(1, idx).to(host), valid.to(host),
+    res = em_two_gaussians(values.to(host), valid.to(host),
                            (sample.gather(1, idx) & valid).to(host), **em_kwargs)
     res_high, res_empty = res.high.to(neighbors.device), res.empty.to(neighbors.device)
     high = indices_mask(idx, res_high & valid, neighbors.shape[1])   # idx holds pool entries only

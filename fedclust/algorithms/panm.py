@@ -16,10 +16,11 @@ from typing import ClassVar
 import torch
 
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows, round_only
-from fedclust.algorithms.cni import cni_pool, draw_candidates, top_k_in_mask
+from fedclust.algorithms.cni import cni_pool, draw_candidates, top_k_of_pool
 from fedclust.algorithms.hnm import draw_average, hnm_draw, hnm_update
 from fedclust.algorithms.registry import register
-from fedclust.algorithms.similarity import client0_similarity, loss_em_input, pool_similarity, similarity_for
+from fedclust.algorithms.similarity import (PoolScores, client0_similarity, loss_em_input, pool_similarity,
+                                            similarity_for)
 from fedclust.errors import ConfigError
 from fedclust.schema import one_of, option
 
@@ -103,9 +104,9 @@ class PANM(PeerAlgorithm):
         self_mask = ctx.self_mask
         cand = draw_candidates(ctx.seed, view.round, ctx.client_ids, self_mask, self.l)
         pool = cni_pool(cand, state.neighbors)  # N_i^0 is empty: round 1 ranks C_i alone
-        sim = similarity_for(self.metric, self.alpha, ctx, view, pool)
-        neighbors = top_k_in_mask(sim, pool, self.k)
-        new = dataclasses.replace(state, neighbors=neighbors, **self._recorded(sim, pool, ctx, view.round))
+        scores = similarity_for(self.metric, self.alpha, ctx, view, pool)
+        neighbors = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
+        new = dataclasses.replace(state, neighbors=neighbors, **self._recorded(scores, pool, ctx, view.round))
         return new, neighbors
 
     def _stage_two(self, state: PanmState, ctx: Context, view: RoundView):
@@ -116,18 +117,19 @@ class PANM(PeerAlgorithm):
             self_mask = ctx.self_mask
             cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids, state.neighbors, self_mask, self.l)
             pool = cand | sample
-            sim = similarity_for(self.metric, self.panm.hnm_alpha, ctx, view, pool)
-            y = loss_em_input(sim, self.panm.em_input) if self.metric == "loss" else sim
+            scores = similarity_for(self.metric, self.panm.hnm_alpha, ctx, view, pool)
+            y = (scores.with_values(loss_em_input(scores.values, self.panm.em_input)) if self.metric == "loss"
+                 else scores)
             neighbors, failed = hnm_update(state.neighbors, cand, sample, y, variance=self.panm.em_variance)
             new = dataclasses.replace(state, neighbors=neighbors, hnm_failed=failed,
-                                      **self._recorded(sim, pool, ctx, t))
+                                      **self._recorded(scores, pool, ctx, t))
         return new, draw_average(ctx.seed, t, ctx.client_ids, new.neighbors, self.k)
 
-    def _recorded(self, sim: torch.Tensor, pool: torch.Tensor, ctx: Context, round_: int) -> dict:
+    def _recorded(self, scores: PoolScores, pool: torch.Tensor, ctx: Context, round_: int) -> dict:
         """What the state keeps of a round's similarities: on the pool, and client 0's row (PANMGrad computes
         all of it)."""
-        return dict(similarity_round=round_, pool=pool, similarity=pool_similarity(sim, pool),
-                    similarity_client0=client0_similarity(sim, pool, ctx.client_ids, full=self.metric == "grad"))
+        return dict(similarity_round=round_, pool=pool, similarity=pool_similarity(scores),
+                    similarity_client0=client0_similarity(scores, ctx.client_ids, ctx.n))
 
     def neighbor_list(self, state: PanmState, averaged: torch.Tensor) -> torch.Tensor:
         return state.neighbors

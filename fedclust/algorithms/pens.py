@@ -16,7 +16,7 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows, round_only
-from fedclust.algorithms.cni import draw_candidates, top_k_in_mask
+from fedclust.algorithms.cni import draw_candidates, top_k_of_pool
 from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_counts, from_matrix
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import client0_similarity, pool_similarity, similarity_for
@@ -150,15 +150,14 @@ class PENS(PeerAlgorithm):
         t = view.round
         if t <= self.stage1_rounds:
             cand = draw_candidates(ctx.seed, t, ctx.client_ids, ctx.self_mask, self.l)
-            sim = similarity_for("loss", 0.0, ctx, view, cand)
-            top = top_k_in_mask(sim, cand, self.k)
+            scores = similarity_for("loss", 0.0, ctx, view, cand)
+            top = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
             peers, counts = add_mask(state.count_peers, state.counts, top, self.count_width(ctx.n))
             if self.pens.count == "drawn_and_selected":
                 peers, counts = add_mask(peers, counts, cand, self.count_width(ctx.n))
             new = dataclasses.replace(
                 state, count_peers=peers, counts=counts, last_topk=top, similarity_round=t, pool=cand,
-                similarity=pool_similarity(sim, cand),
-                similarity_client0=client0_similarity(sim, cand, ctx.client_ids, full=False))
+                similarity=pool_similarity(scores), similarity_client0=client0_similarity(scores, ctx.client_ids, ctx.n))
             return new, top
         if not state.formed:
             threshold = count_threshold(self.pens.count, self.stage1_rounds, self.l, self.k, ctx.n)

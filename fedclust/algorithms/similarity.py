@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -31,6 +32,45 @@ GRAD_BLOCK = 16384             # parameters per block of grad_similarity on a CP
 # path falls as n.
 POOL_SIMILARITY_MIN_CLIENTS = 1000
 PAIR_CHUNK_ELEMENTS = 2**26    # models per pair_loss call: at most this many weights (256 MB in float32)
+
+
+@dataclass
+class PoolScores:
+    """A round's similarities where they were asked for, C·m numbers instead
+    of C·n: ``values [C, m]`` at columns ``idx [C, m]`` (each row's pool in
+    increasing order, :func:`neighbor_indices`; ``valid`` False in the
+    padding, whose values mean nothing), and client 0's whole row where the
+    similarity computed it (``row0 [n]``: PANMGrad, on the rank that holds
+    client 0; else None)."""
+
+    idx: torch.Tensor
+    valid: torch.Tensor
+    values: torch.Tensor
+    row0: torch.Tensor | None = None
+
+    @classmethod
+    def from_matrix(cls, sim: torch.Tensor, pool: torch.Tensor, row0: torch.Tensor | None = None) -> "PoolScores":
+        """The scores of a ``[C, n]`` similarity on ``pool``."""
+        idx, valid = neighbor_indices(pool)
+        return cls(idx, valid, sim.gather(1, idx), row0)
+
+    def with_values(self, values: torch.Tensor) -> "PoolScores":
+        """The same pools with other values (e.g. HNM's EM input)."""
+        return PoolScores(self.idx, self.valid, values, self.row0)
+
+    def matrix(self, n: int, fill: float = math.nan) -> torch.Tensor:
+        """``[C, n]``: the values at their columns, ``fill`` elsewhere (to inspect and test)."""
+        out = self.values.new_full((self.idx.shape[0], n), fill)
+        rows = torch.arange(self.idx.shape[0], device=self.idx.device)[:, None].expand_as(self.idx)
+        out[rows[self.valid], self.idx[self.valid]] = self.values[self.valid]
+        return out
+
+
+def _row_positions(rows: torch.Tensor, count: int) -> torch.Tensor:
+    """Place of each entry within its row, for entries listed row by row (``rows`` ascending) of ``count`` rows."""
+    per_row = torch.bincount(rows, minlength=count)
+    starts = per_row.cumsum(0) - per_row
+    return torch.arange(len(rows), device=rows.device) - starts[rows]
 
 
 def grad_similarity(
@@ -98,7 +138,20 @@ def grad_similarity_pool(
 
 def grad_similarity_blocks(blocks, n: int, w0: torch.Tensor, alpha: float, pool: torch.Tensor,
                            own: slice = slice(None), full_rows: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`grad_similarity_pool` from the models in column blocks:
+    """:func:`grad_pool_scores` as a ``[C, n]`` matrix, NaN where not computed."""
+    scores, full, full_values = grad_pool_scores(blocks, n, w0, alpha, pool, own, full_rows, keep_full=True)
+    out = scores.matrix(n)
+    if len(full):
+        out[full] = full_values
+    return out
+
+
+def grad_pool_scores(blocks, n: int, w0: torch.Tensor, alpha: float, pool: torch.Tensor,
+                     own: slice = slice(None), full_rows: torch.Tensor | None = None, keep_full: bool = False):
+    """:func:`grad_similarity_pool` from the models in column blocks, as
+    :class:`PoolScores` (``row0``: the first full row, client 0's where
+    ``full_rows`` marks it; ``keep_full`` also returns every full row:
+    ``(scores, full row indices, [F, n] values)``):
     ``blocks`` yields ``(start, stop, {"after": [n, stop - start], "before":
     ...})`` in increasing order (one pass of
     :class:`fedclust.dist.ColumnBlocks`, or the whole models as one block).
@@ -146,13 +199,16 @@ def grad_similarity_blocks(blocks, n: int, w0: torch.Tensor, alpha: float, pool:
     nu, nw = sq_u.sqrt().clamp_min(EPS), sq_w.sqrt().clamp_min(EPS)
     me = own_idx[rows]
     cos = (dot_u / (nu[me] * nu[cols])).mul_(alpha).add_(dot_w / (nw[me] * nw[cols]), alpha=1.0 - alpha)
-    out = w0.new_full((C, n), math.nan)
-    out[rows, cols] = cos
+    idx, valid = neighbor_indices(pool.to(device))   # the CSR pattern's order: row by row, columns ascending
+    values = w0.new_full(idx.shape, math.nan)
+    values[rows, _row_positions(rows, C)] = cos
+    full_values = None
     if len(full):
         own_full = own_idx[full]
-        out[full] = (full_u / (nu[own_full][:, None] * nu[None, :])).mul_(alpha).add_(
+        full_values = (full_u / (nu[own_full][:, None] * nu[None, :])).mul_(alpha).add_(
             full_w / (nw[own_full][:, None] * nw[None, :]), alpha=1.0 - alpha)
-    return out
+    scores = PoolScores(idx, valid, values, None if full_values is None else full_values[0])
+    return (scores, full, full_values) if keep_full else scores
 
 
 def padded_pools(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,10 +226,23 @@ def loss_similarity(
     chunk: int | None = None,
     pool_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """PANMLoss / PENS similarity, PANM paper Eq. 3: ``[C, n]``.
+    """PANMLoss / PENS similarity, PANM paper Eq. 3: ``[C, n]``, :func:`loss_pool_scores`
+    at the True entries of ``cand_mask`` and ``-inf`` (``NOT_COMPUTED``) elsewhere."""
+    return loss_pool_scores(pair_loss, all_after, cand_mask, chunk, pool_loss).matrix(cand_mask.shape[1],
+                                                                                     NOT_COMPUTED)
 
-    ``s_cj = 1 / F_c(w_j)`` for every True entry of ``cand_mask [C, n]``;
-    entries not asked for are ``-inf`` (``NOT_COMPUTED``).  The losses come
+
+def loss_pool_scores(
+    pair_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+    all_after: torch.Tensor,
+    cand_mask: torch.Tensor,
+    chunk: int | None = None,
+    pool_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> PoolScores:
+    """PANMLoss / PENS similarity, PANM paper Eq. 3, on the pools (:class:`PoolScores`).
+
+    ``s_cj = 1 / F_c(w_j)`` for every True entry of ``cand_mask [C, n]``
+    (float32; the padding holds ``-inf``).  The losses come
     from ``pool_loss(models [n, P], peers [C, m]) -> [C, m]`` when given
     (the engine's grouped path: client c's loss of ``models[peers[c, s]]``,
     rows padded by :func:`padded_pools`), else from
@@ -182,27 +251,28 @@ def loss_similarity(
     ``local_index``, called on chunks of at most ``chunk`` pairs (default:
     as many as fit in ``PAIR_CHUNK_ELEMENTS`` weights).
     """
-    rows, cols = cand_mask.nonzero(as_tuple=True)
-    out = torch.full(cand_mask.shape, NOT_COMPUTED, dtype=torch.float32, device=cand_mask.device)
-    if rows.numel() == 0:
-        return out
+    idx, valid = neighbor_indices(cand_mask)
+    values = torch.full(idx.shape, NOT_COMPUTED, dtype=torch.float32, device=cand_mask.device)
+    scores = PoolScores(idx, valid, values)
+    if not bool(valid.any()):
+        return scores
     if pool_loss is not None:
-        peers, valid = padded_pools(cand_mask)
-        loss = pool_loss(all_after, peers.to(all_after.device)).to(device=out.device, dtype=torch.float32)
-        r = torch.arange(len(peers), device=out.device)[:, None].expand_as(peers)
-        out[r[valid], peers[valid]] = 1.0 / loss[valid].clamp_min(LOSS_FLOOR)   # padding never written
-        return out
+        peers = torch.where(valid, idx, idx[:, :1].expand_as(idx))   # padded_pools: padding repeats a real peer
+        loss = pool_loss(all_after, peers.to(all_after.device)).to(device=values.device, dtype=torch.float32)
+        values[valid] = 1.0 / loss[valid].clamp_min(LOSS_FLOOR)   # padding never written
+        return scores
     if pair_loss is None:
         raise ValueError("loss_similarity needs pair_loss or pool_loss")
     if chunk is None:
         chunk = max(1, PAIR_CHUNK_ELEMENTS // max(1, all_after.shape[1]))
+    rows, cols = cand_mask.nonzero(as_tuple=True)
     losses = []
     for start in range(0, rows.numel(), chunk):  # chunks of pairs, bounded memory
         r, c = rows[start:start + chunk], cols[start:start + chunk]
-        losses.append(pair_loss(all_after[c.to(all_after.device)], r).reshape(-1).to(out.device))
+        losses.append(pair_loss(all_after[c.to(all_after.device)], r).reshape(-1).to(values.device))
     loss = torch.cat(losses).to(torch.float32)
-    out[rows, cols] = 1.0 / loss.clamp_min(LOSS_FLOOR)
-    return out
+    values[rows, _row_positions(rows, idx.shape[0])] = 1.0 / loss.clamp_min(LOSS_FLOOR)
+    return scores
 
 
 def loss_em_input(similarity: torch.Tensor, em_input: str) -> torch.Tensor:
@@ -227,56 +297,57 @@ def loss_em_input(similarity: torch.Tensor, em_input: str) -> torch.Tensor:
 # Used by PANM and PENS
 
 
-def similarity_for(metric: str, alpha: float, ctx, view, pool: torch.Tensor) -> torch.Tensor:
-    """``[C, n]`` similarity of this rank's clients to the peers in ``pool``
-    (loss: only there, ``-inf`` elsewhere; grad: everywhere)."""
+def similarity_for(metric: str, alpha: float, ctx, view, pool: torch.Tensor) -> PoolScores:
+    """The similarity of this rank's clients to the peers in ``pool``
+    (:class:`PoolScores`; PANMGrad also gives client 0's whole row)."""
     if metric == "loss":
         if ctx.pair_loss is None and ctx.pool_loss is None:
             raise ValueError("loss similarity needs ctx.pool_loss or ctx.pair_loss (the engine's loss of peer "
                              "models on own data)")
-        return loss_similarity(ctx.pair_loss, view.all_after, pool, pool_loss=ctx.pool_loss)
+        return loss_pool_scores(ctx.pair_loss, view.all_after, pool, pool_loss=ctx.pool_loss)
     if view.all_before is None and view.columns is None:
         raise ValueError("grad similarity needs view.all_before: the algorithm must set gathers_before=True")
     w0 = ctx.w0.to(view.after.device)
+    client0 = ctx.client_ids == 0
     if view.columns is not None:   # the exchange in column blocks: the pool path, a block at a time
-        return grad_similarity_blocks(view.columns.blocks(("after", "before")), ctx.n, w0, alpha, pool,
-                                      own=ctx.own_rows, full_rows=ctx.client_ids == 0)
+        return grad_pool_scores(view.columns.blocks(("after", "before")), ctx.n, w0, alpha, pool,
+                                own=ctx.own_rows, full_rows=client0)
     if ctx.n < POOL_SIMILARITY_MIN_CLIENTS:   # one dense product: faster for few clients, the published runs'
-        return grad_similarity(view.all_after, view.all_before, w0, alpha, own=ctx.own_rows)
-    return grad_similarity_pool(view.all_after, view.all_before, w0, alpha, pool, own=ctx.own_rows,
-                                full_rows=ctx.client_ids == 0)
+        sim = grad_similarity(view.all_after, view.all_before, w0, alpha, own=ctx.own_rows)
+        at = client0.nonzero().flatten()
+        return PoolScores.from_matrix(sim, pool.to(sim.device), sim[int(at[0])] if len(at) else None)
+    whole = [(0, view.all_after.shape[1], {"after": view.all_after, "before": view.all_before})]
+    return grad_pool_scores(whole, ctx.n, w0, alpha, pool, own=ctx.own_rows, full_rows=client0)
 
 
-def pool_similarity(sim: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+def pool_similarity(scores: PoolScores) -> torch.Tensor:
     """What the state keeps of a round's similarities: ``[C, m]`` float32,
-    row c's values at its pool's columns in increasing order
-    (:func:`fedclust.algorithms.aggregation.neighbor_indices` of ``pool``),
-    NaN in the padding.  C·m numbers, not C·n."""
-    idx, valid = neighbor_indices(pool)
-    values = sim.gather(1, idx).to(torch.float32)
-    return values.masked_fill(~valid, math.nan)
+    row c's values at its pool's columns in increasing order, NaN in the
+    padding.  C·m numbers, not C·n."""
+    return scores.values.to(torch.float32).masked_fill(~scores.valid, math.nan)
 
 
 def similarity_matrix(pool: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """``[C, n]`` float32 of :func:`pool_similarity`'s values: the similarity
     where it was computed (the pool), NaN elsewhere (to inspect and test)."""
     idx, valid = neighbor_indices(pool)
-    out = torch.full(pool.shape, math.nan, dtype=torch.float32, device=pool.device)
-    rows = torch.arange(pool.shape[0], device=pool.device)[:, None].expand_as(idx)
-    out[rows[valid], idx[valid]] = values[:, :idx.shape[1]][valid]
-    return out
+    return PoolScores(idx, valid, values[:, :idx.shape[1]].to(torch.float32)).matrix(pool.shape[1])
 
 
-def client0_similarity(sim: torch.Tensor, pool: torch.Tensor, client_ids: torch.Tensor,
-                       full: bool) -> torch.Tensor | None:
+def client0_similarity(scores: PoolScores, client_ids: torch.Tensor, n: int) -> torch.Tensor | None:
     """Client 0's similarities for the figure (``[n]`` float32, NaN where not
     computed and on client 0 itself) on the rank that holds client 0, None on
-    the others.  ``full``: the similarity computed every column of client 0's
-    row (PANMGrad); else only its pool counts."""
+    the others: its whole row where the similarity computed it (PANMGrad),
+    else its pool."""
     at = (client_ids == 0).nonzero().flatten()
     if len(at) == 0:
         return None
-    row = sim[int(at[0])].to(torch.float32)
-    keep = torch.ones_like(pool[0]) if full else pool[int(at[0])].clone()
-    keep[0] = False
-    return torch.where(keep, row, torch.full_like(row, math.nan))
+    if scores.row0 is not None:
+        row = scores.row0.to(torch.float32).clone()
+    else:
+        c = int(at[0])
+        keep = scores.valid[c]
+        row = torch.full((n,), math.nan, dtype=torch.float32, device=scores.values.device)
+        row[scores.idx[c][keep]] = scores.values[c][keep].to(torch.float32)
+    row[0] = math.nan
+    return row
