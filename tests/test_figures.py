@@ -183,3 +183,30 @@ def test_read_records_keeps_every_good_line(tmp_path):
     assert figures.read_records(p, warned.append) == [{"round": 1, "accuracy": 1.5}, {"round": 2, "accuracy": None}]
     assert [w.split(": ")[0] for w in warned] == [f"{p} line 3", f"{p} line 4"]
     assert all("not a metrics record" in w for w in warned)
+
+
+def test_stage_one_heatmap_from_count_lists_and_from_the_older_table(tmp_path, capture):
+    """neighbors.npz holds stage one's counts as lists (stage1_peers, stage1_counts); a run written before
+    holds an [n, n] table: both draw the same heatmap.  Above 1,000 clients a cell sums a block."""
+    peers = np.array([[1, 2], [0, -1], [-1, -1], [0, 1]], dtype=np.int32)
+    counts = np.array([[3, 1], [2, 0], [0, 0], [1, 1]], dtype=np.int32)
+    table = np.array([[0, 3, 1, 0], [2, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0]])
+    for name, arrays in (("lists", {"stage1_peers": peers, "stage1_counts": counts}),
+                         ("table", {"stage1_counts": table})):
+        run = tmp_path / name
+        run.mkdir()
+        np.savez(run / "neighbors.npz", **arrays)
+        written = figures.write_run_figures(run, {"algorithm": "random", "rounds_completed": 4},
+                                            cfg_of("random", clients=4), records=[])
+        assert written == ["heatmap_stage1.png"]
+        assert np.array_equal(capture["heatmap"].axes[0].get_images()[0].get_array(), table)
+    run = tmp_path / "many"
+    run.mkdir()
+    np.savez(run / "neighbors.npz", stage1_peers=np.array([[2500]] + [[-1]] * 2999, dtype=np.int32),
+             stage1_counts=np.array([[4]] + [[0]] * 2999, dtype=np.int32))
+    figures.write_run_figures(run, {"algorithm": "random", "rounds_completed": 4}, cfg_of("random", clients=3000),
+                              records=[])
+    ax = capture["heatmap"].axes[0]
+    shown = ax.get_images()[0].get_array()
+    assert shown.shape == (1000, 1000) and shown[0, 833] == 4 and shown.sum() == 4   # blocks of 3 clients
+    assert ax.get_xlabel() == "peer j (blocks of 3)"
