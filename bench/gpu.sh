@@ -32,6 +32,10 @@ fi
 nvidia-smi -L 2>/dev/null
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0), 'tf32 conv', torch.backends.cudnn.allow_tf32, 'tf32 matmul', torch.backends.cuda.matmul.allow_tf32)"
 
+echo "== device checks ($(elapsed) s)"
+# the tests that need a GPU (skipped, with the reason, elsewhere): batch orders drawn on the device
+python3 -m pytest -q -p no:cacheprovider -rs tests/test_engine.py -k gpu > "$OUT/checks.log" 2>&1; tail -3 "$OUT/checks.log"
+
 echo "== bench ($(elapsed) s)"
 # shellcheck disable=SC2086
 $FC bench --device "$DEVICE" --json $BENCH > "$OUT/bench.json" || echo "bench failed"

@@ -300,8 +300,9 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     flat = state.flat if plan.start is state.flat else plan.start.contiguous().clone()  # trained in place
     before = flat.clone() if algo.gathers_before else None
     counts = s.data.train_counts   # None: every client holds the full width
-    orders = rng.batch_orders(cfg.seed, t, s.client_ids, cfg.train.local_epochs, s.data.train_x.shape[1],
-                              counts).to(s.device)
+    # drawn where they are used (the hash and a stable sort give the same orders on any device)
+    orders = rng.batch_orders(cfg.seed, t, s.ctx.client_ids, cfg.train.local_epochs, s.data.train_x.shape[1],
+                              counts)
     train_loss = train_round(flat, s.layout, s.arch, s.data.train_x, s.data.train_y, orders, settings,
                              anchor=plan.anchor, mu=plan.mu, counts=counts)
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
