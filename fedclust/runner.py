@@ -304,7 +304,7 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     orders = rng.batch_orders(cfg.seed, t, s.ctx.client_ids, cfg.train.local_epochs, s.data.train_x.shape[1],
                               counts)
     train_loss = train_round(flat, s.layout, s.arch, s.data.train_x, s.data.train_y, orders, settings,
-                             anchor=plan.anchor, mu=plan.mu, counts=counts)
+                             anchor=plan.anchor, mu=plan.mu, counts=counts, prox_layers=plan.prox_layers)
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
     view, all_loss, all_flags = _exchange(s, t, flat, before, train_loss, flags)

@@ -339,3 +339,63 @@ def test_batch_orders_on_a_gpu_equal_the_host_ones():
     host = rng.batch_orders(7, 3, ids, 2, 30, counts)
     device = rng.batch_orders(7, 3, ids.cuda(), 2, 30, counts.cuda())
     assert device.is_cuda and torch.equal(device.cpu(), host)
+
+
+# ---------------------------------------------------------------- proximal term on some tensors only
+
+def head_proximal_reference(flat, layout, module, x, y, orders, settings, anchor, mu, names, counts=None):
+    """Plain per-client loop with ``torch.optim.SGD``: objective = batch CE + ``mu/2 ||w_k − anchor_k||²``
+    summed over the tensors named in ``names`` only (FPFC's ``fpfc.fuse=head``); client c's batches are
+    consecutive slices of its first counts[c] order entries.  In place on ``flat``."""
+    for c in range(flat.shape[0]):
+        layout.load_into(module, flat[c])
+        centre = layout.views(anchor[c])
+        opt = torch.optim.SGD(module.parameters(), lr=settings.lr, momentum=settings.momentum)
+        m = x.shape[1] if counts is None else int(counts[c])
+        for epoch in range(orders.shape[0]):
+            order = orders[epoch, c, :m]
+            for start in range(0, m, settings.batch_size):
+                idx = order[start:start + settings.batch_size]
+                objective = F.cross_entropy(module(x[c, idx]), y[c, idx])
+                for name, p in module.named_parameters():
+                    if name in names:
+                        objective = objective + 0.5 * mu * (p - centre[name]).pow(2).sum()
+                opt.zero_grad(set_to_none=True)
+                objective.backward()
+                opt.step()
+        flat[c] = layout.flatten(module)
+
+
+@pytest.mark.parametrize("arch,shape,backprop,path", [
+    ("mlp", (60,), "auto", "dense"), ("mlp", (60,), "func", "func"), ("cnn", SMALL_CNN, "auto", "func"),
+    ("mlp", (60,), "auto", "masked"), ("mlp", (60,), "auto", "loop")])
+def test_proximal_term_on_the_head_only_equals_a_plain_loop(arch, shape, backprop, path):
+    """``prox_layers`` (RoundPlan.prox_layers, FPFC's fpfc.fuse=head): the term on the last layer only, on
+    every training path, against the per-client loop; the body's columns see no term."""
+    module, layout, flat, x, y = make(arch, shape, 3, 12)
+    head = layout.names[-2:]                          # fc3 / fc2: weight and bias
+    anchor = flat.flip(0) - 0.2
+    s = TrainSettings(lr=0.05, batch_size=5, epochs=2, client_chunk=2, backprop=backprop)
+    counts = torch.tensor([12, 7, 9]) if path == "masked" else None
+    orders = rng.batch_orders(3, 1, torch.arange(3), 2, 12, counts)
+    net = train.ModuleNet(build_model(arch, shape, 10).to(flat.dtype), "loop") if path == "loop" else arch
+    fast, slow, whole = flat.clone(), flat.clone(), flat.clone()
+    train_round(fast, layout, net, x, y, orders, s, anchor=anchor, mu=0.5, counts=counts, prox_layers=head)
+    head_proximal_reference(slow, layout, module, x, y, orders, s, anchor, 0.5, head, counts)
+    assert torch.allclose(fast, slow, rtol=0, atol=1e-10)
+    train_round(whole, layout, net, x, y, orders, s, anchor=anchor, mu=0.5, counts=counts)
+    assert (fast - whole).abs().max() > 1e-4          # the body's term is gone
+    everything = flat.clone()
+    train_round(everything, layout, net, x, y, orders, s, anchor=anchor, mu=0.5, counts=counts,
+                prox_layers=layout.names)
+    assert torch.allclose(everything, whole, rtol=0, atol=1e-12)   # every tensor named: the whole model's term
+
+
+def test_prox_layers_naming_no_parameter_tensor_is_refused():
+    _, layout, flat, x, y = make("mlp", (60,), 2, 12)
+    orders = rng.batch_orders(0, 1, torch.arange(2), 1, 12)
+    s = TrainSettings(lr=0.05, batch_size=8, epochs=1)
+    for bad in (("fc9.weight",), ()):
+        with pytest.raises(ValueError, match="prox_layers") as e:
+            train_round(flat.clone(), layout, "mlp", x, y, orders, s, anchor=flat.clone(), mu=0.5, prox_layers=bad)
+        assert "fc3.weight" in str(e.value) and "None" in str(e.value)   # names the choices and the fix

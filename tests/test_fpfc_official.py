@@ -252,6 +252,7 @@ def test_official_config_files_load_as_the_code_runs(capsys):
     assert (fm.clients, fm.participation, fm.rounds, fm.train.batch_size, fm.train.local_epochs,
             fm.train.momentum) == (20, 0.5, 200, 100, 10, 0.0)
     assert (fm.fpfc.lam, fm.fpfc.xi, fm.fpfc.rho, fm.fpfc.evaluate) == (0.4, 0.001, 1.0, "own")
+    assert (fm.fpfc.fuse, syn.fpfc.fuse) == ("head", "all")   # LABELSWAP fuses the head; Synthetic's model is one layer
     # the code's lr: 0.01, times 0.9 before rounds 0, 5, 10, ... (0-based)
     lr, want = 0.01, []
     for it in range(200):
@@ -296,3 +297,165 @@ def test_a_short_official_run(tmp_path, capsys):
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in lines] == [1, 2, 3] and summary["rounds_completed"] == 3
     assert all(r["num_clusters"] >= 1 for r in lines)
+
+
+# ----------------------------------------------------------------------------
+# fpfc.fuse=head: the official LABELSWAP round (MNIST/FMNIST), the head fused, the body averaged
+
+
+def test_head_layers_are_the_last_layers_tensors_by_hand():
+    """mlp 784-200-200-10: fc3 (10·200 + 10), from column 784·200 + 200 + 200·200 + 200 = 197,200; logreg's
+    only layer is its head (no body); a last parameter of the root module cannot be told a layer."""
+    from fedclust.engine.layout import ParamLayout
+    from fedclust.models import build_model
+
+    layout = ParamLayout.from_module(build_model("mlp", (1, 28, 28), 10))
+    assert fpfc.head_layers(layout) == (("fc3.weight", "fc3.bias"), 197_200) and layout.numel - 197_200 == 2010
+    assert fpfc.head_layers(ParamLayout.from_module(build_model("logreg", (60,), 10))) == (("fc1.weight",
+                                                                                            "fc1.bias"), 0)
+    scaled = torch.nn.Module()        # the root's own tensors come first: the head is still fc
+    scaled.scale = torch.nn.Parameter(torch.ones(3))
+    scaled.fc = torch.nn.Linear(3, 2)
+    assert fpfc.head_layers(ParamLayout.from_module(scaled)) == (("fc.weight", "fc.bias"), 3)
+    bare = torch.nn.Module()          # weights of the root module itself: no layer to call the head
+    bare.w = torch.nn.Parameter(torch.ones(2, 3))
+    bare.b = torch.nn.Parameter(torch.ones(2))
+    with pytest.raises(ConfigError) as e:
+        fpfc.head_layers(ParamLayout.from_module(bare))
+    assert e.value.field == "fpfc.fuse" and "'b'" in str(e.value) and "fpfc.fuse=all" in e.value.fix
+
+
+def test_average_body_by_hand():
+    """Participants 0 and 2 of 3, body = columns 0, 1: their bodies become ((1, 2) + (5, 6))/2 = (3, 4);
+    client 1 keeps its own; the head column is untouched."""
+    omega = torch.tensor([[1.0, 2.0, 10.0], [7.0, 8.0, 20.0], [5.0, 6.0, 30.0]])
+    got = fpfc.average_body_(omega.clone(), torch.tensor([True, False, True]), 2)
+    assert got.tolist() == [[3.0, 4.0, 10.0], [7.0, 8.0, 20.0], [3.0, 4.0, 30.0]]
+    assert torch.equal(fpfc.average_body_(omega.clone(), torch.tensor([True, False, True]), 0), omega)
+
+
+def official_labelswap_round(models, theta, V, selected, x, y, orders, lr, batch, head_names):
+    """One round of the official LABELSWAP code (FLAlgorithms/FPFC.py), written plainly per client with
+    one module each: W_old = every model's head; each participant i, in turn, gets
+    ζ_i = 1/m Σ_j (W_old_j + θ_ij − V_ij/ρ) and trains (client(): plain SGD, no momentum, the head's
+    gradient plus ρ(ω − ζ_i), the body's alone); server(): the pairs of every participant and every j
+    stepped over the heads (official_server; the code's [classes, dim + 1] head matrix is a permutation of
+    the flat weight-then-bias head, and the θ-step is norm-based, so the same numbers), then the
+    participants' bodies replaced by their plain mean.  θ is kept between rounds, as Algorithm 1 (the code's
+    fresh zero θ each round is docs/algorithms.md's difference (e)).  Returns the next round's ζ."""
+    def head(m):
+        return torch.cat([p.detach().reshape(-1) for name, p in m.named_parameters() if name in head_names])
+
+    old = torch.stack([head(m) for m in models])
+    for i in selected:
+        zeta = (old + theta[i] - V[i] / RHO).mean(dim=0)
+        centre, off = {}, 0
+        for name, p in models[i].named_parameters():
+            if name in head_names:
+                centre[name], off = zeta[off:off + p.numel()].view_as(p), off + p.numel()
+        for epoch in range(orders.shape[0]):
+            for start in range(0, x.shape[1], batch):
+                idx = orders[epoch, i, start:start + batch]
+                loss = torch.nn.functional.cross_entropy(models[i](x[i, idx]), y[i, idx])
+                grads = torch.autograd.grad(loss, list(models[i].parameters()))
+                with torch.no_grad():
+                    for (name, p), g in zip(models[i].named_parameters(), grads):
+                        p -= lr * (g + RHO * (p - centre[name])) if name in head_names else lr * g
+    heads = torch.stack([head(m) for m in models])
+    zeta, _ = official_server(heads, theta, V, selected, LAM, A, XI, RHO)
+    with torch.no_grad():
+        for name, p in models[0].named_parameters():
+            if name not in head_names:
+                mean = torch.stack([dict(models[i].named_parameters())[name] for i in selected]).mean(dim=0)
+                for i in selected:
+                    dict(models[i].named_parameters())[name].copy_(mean)
+    return zeta
+
+
+def test_head_fusion_trains_and_steps_as_the_official_labelswap_round():
+    """Four rounds, 6 clients of a small MLP, 50% participation, float64: fedclust's plan (the proximal
+    term on the head only), its engine's local training and its aggregate (pairs over the head, bodies
+    averaged) give every client's model and ζ of the plain per-client rewrite of the official round."""
+    from fedclust import rng
+    from fedclust.engine.layout import ParamLayout
+    from fedclust.engine.train import TrainSettings, train_round
+    from fedclust.models import build_model
+
+    n, N, p, lr, batch = 6, 8, 0.5, 0.2, 4
+    torch.manual_seed(0)
+    module = build_model("mlp", (5,), 3).double()
+    layout = ParamLayout.from_module(module)
+    names, first = fpfc.head_layers(layout)
+    w0 = layout.flatten(module)
+    x = torch.randn(n, N, 5, dtype=torch.float64) + torch.arange(n, dtype=torch.float64)[:, None, None] % 2
+    y = torch.randint(0, 3, (n, N))
+    models = [build_model("mlp", (5,), 3).double() for _ in range(n)]
+    for m in models:
+        layout.load_into(m, w0)
+    ctx = Context(n=n, client_ids=torch.arange(n), clusters=None, seed=3, stage1_rounds=0, w0=w0,
+                  device=torch.device("cpu"))
+    cfg = fpfc.FpfcConfig(lam=LAM, a=A, xi=XI, rho=RHO, nu=0.1, scale_to_model=False, mode="official",
+                          evaluate="own", fuse="head")
+    algo = fpfc.Fpfc(cfg, participation=p, rounds=4, prox_layers=names, first=first)
+    state = algo.init(ctx)
+    assert state.zeta.shape == (n, layout.numel - first) and state.theta_rows.shape[-1] == layout.numel - first
+    P_head = layout.numel - first
+    theta, V = torch.zeros(n, n, P_head, dtype=torch.float64), torch.zeros(n, n, P_head, dtype=torch.float64)
+    settings = TrainSettings(lr=lr, momentum=0.0, batch_size=batch, epochs=2)
+    for t in range(1, 5):
+        orders = rng.batch_orders(0, t, torch.arange(n), 2, N)
+        state, plan = algo.plan(state, ctx, t, None)
+        assert plan.prox_layers == names and torch.equal(plan.anchor[:, first:], state.zeta)
+        flat = plan.start.clone()
+        train_round(flat, layout, "mlp", x, y, orders, settings, anchor=plan.anchor, mu=plan.mu,
+                    prox_layers=plan.prox_layers)
+        state, res = algo.aggregate(state, ctx, RoundView(round=t, before=None, after=flat, all_after=flat))
+        active = participants(ctx.seed, t, n, p)
+        selected = torch.nonzero(active).flatten().tolist()
+        zeta = official_labelswap_round(models, theta, V, selected, x, y, orders, lr, batch, names)
+        want = torch.stack([layout.flatten(m) for m in models])
+        assert torch.allclose(state.omega, want, rtol=0, atol=1e-10)
+        assert torch.allclose(state.zeta, zeta, rtol=0, atol=1e-10)
+        assert torch.equal(res.models, state.omega)                    # evaluate=own
+        bodies = state.omega[:, :first]
+        assert torch.equal(bodies[active], bodies[selected[0]].expand(len(selected), -1))
+        if t > 1:   # a non-participant keeps a body of its own
+            assert (bodies[~active] - bodies[selected[0]]).abs().amax() > 1e-6
+    assert float(state.norms.max()) > 0.01        # the heads moved apart: the pairs did something
+
+
+def test_fuse_is_checked_and_a_checkpoint_of_the_other_fuse_is_refused(capsys):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, OFFICIAL + ["fpfc.fuse=body"])
+    assert e.value.field == "fpfc.fuse" and "head" in e.value.fix
+    cfg = load_config(None, OFFICIAL + ["fpfc.fuse=head", "model=mlp", "data.name=synthetic",
+                                        "data.synthetic_dim=20"])
+    algo = fpfc.Fpfc.from_config(cfg)
+    assert algo.prox_layers == ("fc3.weight", "fc3.bias") and algo.first == 20 * 200 + 200 + 200 * 200 + 200
+    P = algo.first + 200 * 10 + 10
+    ctx = _ctx(8, P, torch.float32)
+    whole = fpfc.Fpfc(fpfc.FpfcConfig(lam=LAM, a=A, xi=XI, rho=RHO, mode="official"), 1.0, 2)
+    saved = whole.state_dict(whole.init(ctx))
+    with pytest.raises(ConfigError) as e:
+        algo.load_state_dict(ctx, saved)
+    assert e.value.field == "fpfc.fuse" and f"{P} columns" in str(e.value) and "overwrite=true" in e.value.fix
+    head = algo.state_dict(algo.init(ctx))
+    assert algo.load_state_dict(ctx, head).theta_rows.shape[-1] == 2010
+
+
+@pytest.mark.integration
+def test_a_short_head_fusion_run(tmp_path, capsys):
+    """The golden run's settings (tests/golden/record.py), FPFC official with fpfc.fuse=head: it completes,
+    and fusing the head alone changes the results."""
+    from fedclust.runner import prepare, run
+    from test_resume import GOLDEN_OVERRIDES   # tests/golden/record.py's, which test_resume puts on the path
+
+    out = {}
+    for fuse in ("head", "all"):
+        cfg = load_config(None, GOLDEN_OVERRIDES + ["algorithm.name=fpfc", "fpfc.mode=official", f"fpfc.fuse={fuse}",
+                                                    f"out={tmp_path / fuse}"])
+        summary = run(cfg, prepare(cfg))
+        assert summary["rounds_completed"] == 8
+        out[fuse] = [json.loads(x) for x in (tmp_path / fuse / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 <= r["accuracy"] <= 100 and r["loss"] > 0 for r in out["head"])
+    assert [r["loss"] for r in out["head"]] != [r["loss"] for r in out["all"]]

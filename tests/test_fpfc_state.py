@@ -397,3 +397,44 @@ def test_killed_run_resumes_exactly_on_two_processes_and_on_one(tmp_path):
     sub_run("fpfc", tmp_path / "killed_to_one")
     assert_uninterrupted("fpfc", tmp_path / "killed_to_one", 1, tmp_path / "whole_one")
 
+
+
+# fpfc.fuse=head (the official MNIST/FMNIST code): the pairs over the head, the body the participants' mean
+HEAD = ["fpfc.mode=official", "fpfc.fuse=head", "participation=0.6"]
+
+
+@pytest.mark.integration
+def test_head_fusion_on_one_and_two_processes_and_resumed_agrees_bit_for_bit(tmp_path):
+    """The golden settings with fpfc.fuse=head, 60% participation: a 2-process run killed after round 5
+    resumes on 2 processes and on 1 and ends as the uninterrupted 2-process run, every number equal (the
+    body's mean and the head's pairs are computed alike on every rank)."""
+    from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
+
+    whole = launch(2, overrides("fpfc", tmp_path / "whole", *HEAD))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed_run(2, "fpfc", tmp_path / "killed", *HEAD)
+    shutil.copytree(tmp_path / "killed", tmp_path / "killed_to_one")
+    again = launch(2, overrides("fpfc", tmp_path / "killed", *HEAD))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming" in again.stderr
+    assert_same_run(tmp_path / "whole", tmp_path / "killed")
+    sub_run("fpfc", tmp_path / "killed_to_one", *HEAD)
+    assert_same_run(tmp_path / "whole", tmp_path / "killed_to_one")
+    one = sub_run("fpfc", tmp_path / "one", *HEAD)
+    assert one["rounds_completed"] == 8
+    assert_same_run(tmp_path / "whole", tmp_path / "one")
+
+
+def test_head_fusion_keeps_pair_state_for_the_head_only():
+    """θ rows, the diametric pairs and ζ are as wide as the head (2010 of the MLP's 199,210 columns): the
+    pair state shrinks by P/P_head, and the memory check counts it so."""
+    n, P, first = 8, 199_210, 197_200
+    algo = fpfc.Fpfc(fpfc.FpfcConfig(fuse="head"), prox_layers=("fc3.weight", "fc3.bias"), first=first)
+    s = algo.init(_ctx(n, P))
+    assert s.theta_rows.shape == (n, 3, P - first) and s.theta_diam.shape == (4, P - first)
+    assert s.zeta.shape == (n, P - first) and s.omega.shape == (n, P)
+    held = sum(x.numel() * x.element_size() for x in (s.theta_rows, s.theta_diam, s.ratio, s.norms))
+    assert held == fpfc.pairwise_state_bytes(n, P - first)
+    whole, head = fpfc.fpfc_memory_need(100, P), fpfc.fpfc_memory_need(100, P, fused=P - first)
+    assert whole - head > fpfc.pairwise_state_bytes(100, P) - fpfc.pairwise_state_bytes(100, P - first) - 100 * P * 8
+    assert fpfc.fpfc_memory_need(100, P, fused=P) == whole

@@ -88,6 +88,9 @@ class RoundPlan:
     start: torch.Tensor                  # [C, P] models local training starts from
     anchor: torch.Tensor | None = None   # [C, P] proximal centre (FedProx, FPFC); None: plain SGD
     mu: float = 0.0                      # proximal weight: grad += mu * (w - anchor)
+    # names of the parameter tensors (ParamLayout.names) that carry the proximal term; None: all of them
+    # (FPFC's fpfc.fuse=head: the classifier head only, the body trains plain)
+    prox_layers: tuple[str, ...] | None = None
 
 
 @dataclass

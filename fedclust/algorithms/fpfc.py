@@ -19,8 +19,9 @@ from fedclust.algorithms.aggregation import cluster_average, own, participants
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result, client_rows
 from fedclust.algorithms.registry import register
 from fedclust.dist import CHECKPOINT_BLOCK_BYTES, available_memory, world_from_env
+from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
-from fedclust.models import parameter_count
+from fedclust.models import build_model, model_spec, parameter_count
 from fedclust.schema import finite, one_of, option
 
 # Pairs per chunk × P at most this (4 MB per float32 buffer, or one pair): on 2 CPU cores with 40 MLP clients a
@@ -33,6 +34,10 @@ CHUNK_ELEMENTS = 2**20
 MODES = ("paper", "official")
 # fpfc.evaluate: what a client holds and is evaluated with (docs/algorithms.md, FPFC).
 EVALUATE = ("cluster", "own", "own_then_cluster")
+# fpfc.fuse: what the pairs fuse.  "all": the whole model (the paper; the official Synthetic code, whose model is
+# one layer).  "head": the model's last layer only, the body averaged over the round's participants (the official
+# LABELSWAP code for MNIST/FMNIST, FLAlgorithms/FPFC.py; docs/algorithms.md, FPFC).
+FUSE = ("all", "head")
 
 
 # ----------------------------------------------------------------------------
@@ -683,6 +688,55 @@ def held_models(ctx: Context, omega: torch.Tensor, labels: torch.Tensor, evaluat
 
 
 # ----------------------------------------------------------------------------
+# Head-only fusion (fpfc.fuse=head)
+
+
+def head_layers(layout: ParamLayout) -> tuple[tuple[str, ...], int]:
+    """``(names, first)``: the parameter tensors of the model's last layer,
+    those of ``layout.names`` (``named_parameters`` order) that share the
+    last name's module (``fc3.weight``, ``fc3.bias`` → ``fc3``), and the
+    first column of the flat row they occupy (they end it: the head is
+    columns ``first .. P − 1``, the body ``0 .. first − 1``).  Refuses
+    (ConfigError on ``fpfc.fuse``) a model whose last layer cannot be told
+    that way: a last parameter owned by no submodule."""
+    names = layout.names
+    module = names[-1].rpartition(".")[0] if names else ""
+    if not module:
+        raise ConfigError("fpfc.fuse", "head", f"the model's last parameter tensor {names[-1:]} belongs to no "
+                          f"submodule, so its last layer (the head) cannot be told; give the classifier its own "
+                          f"layer (e.g. self.head = nn.Linear(...)), or use fpfc.fuse=all")
+    # named_parameters lists a module's own tensors, then its children's: the last name's module has no
+    # children with parameters, and its own tensors are the last ones of the row
+    k = len(names)
+    while k and names[k - 1].rpartition(".")[0] == module:
+        k -= 1
+    return names[k:], layout.offsets[k]
+
+
+def fused_columns(cfg) -> tuple[tuple[str, ...] | None, int]:
+    """``(prox_layers, first)`` of a run: the tensors that carry the local
+    proximal term (None: all) and the first of the columns ``first .. P − 1``
+    the pairs fuse; ``(None, 0)`` for ``fpfc.fuse=all``, the head's
+    (:func:`head_layers`) for ``head``."""
+    if cfg.fpfc.fuse != "head":
+        return None, 0
+    arch, shape, classes = model_spec(cfg)
+    return head_layers(ParamLayout.from_module(build_model(arch, shape, classes)))
+
+
+def average_body_(omega: torch.Tensor, active: torch.Tensor, first: int) -> torch.Tensor:
+    """The official LABELSWAP server's last step (``FPFC.server``, after the
+    pairs'): the body, columns ``0 .. first − 1`` of ``omega [n, P]``, of
+    every participant (``active`` bool ``[n]``) becomes the participants'
+    plain mean (equal weights, whatever their sample counts); the
+    non-participants keep their own body.  In place; ``first = 0`` (no body)
+    leaves ``omega`` as it is."""
+    if first and bool(active.any()):
+        omega[active, :first] = omega[active, :first].mean(dim=0)
+    return omega
+
+
+# ----------------------------------------------------------------------------
 # Round object
 
 
@@ -697,36 +751,43 @@ def checkpoint_gather_bytes(n: int, P: int, world: int) -> int:
     return n * row_slots(n) * int(P) * 4 + 2 * CHECKPOINT_BLOCK_BYTES
 
 
-def fpfc_memory_need(n: int, P: int, ranks_sharing: int = 1, world: int = 1) -> int:
+def fpfc_memory_need(n: int, P: int, ranks_sharing: int = 1, world: int = 1, fused: int | None = None) -> int:
     """Bytes FPFC holds on one memory shared by ``ranks_sharing`` ranks of a
     run on ``world`` ranks (at least ``ranks_sharing``), float32: on each, its
     pairwise state (:func:`pairwise_state_bytes`), ω before and after the
     round and the bounds' ``ω − mean`` ``[n, P]``, its clients' ζ, the
     float64 ζ buffer ``[n, P]``, a chunk's buffers (8 of ``chunk × P``, for
     the few float32 ones and the float64 terms); and once, the checkpoint's
-    collection on rank 0 (:func:`checkpoint_gather_bytes`)."""
+    collection on rank 0 (:func:`checkpoint_gather_bytes`).  ``fused``: the
+    columns the pairs fuse (``fpfc.fuse=head``: the head's; None: all P),
+    the width of θ, ζ and their buffers; a head-only run also builds its
+    clients' ``[C, P]`` proximal centre and the fused columns of ω."""
     n, P, world = int(n), int(P), max(int(world), int(ranks_sharing), 1)
+    F = P if fused is None else int(fused)
     clients = -(-n // world)
     pairs = clients * row_slots(n) + diametric_pairs(n)
-    per_rank = (pairwise_state_bytes(n, P, world) + 3 * n * P * 4 + clients * P * 4
-                + n * P * 8 + 16 * n * row_slots(n) + 8 * min(_chunk(P, None), max(pairs, 1)) * P * 4)
-    return per_rank * int(ranks_sharing) + checkpoint_gather_bytes(n, P, world)
+    per_rank = (pairwise_state_bytes(n, F, world) + 3 * n * P * 4 + clients * F * 4
+                + n * F * 8 + 16 * n * row_slots(n) + 8 * min(_chunk(F, None), max(pairs, 1)) * F * 4)
+    if F != P:
+        per_rank += clients * P * 4 + n * F * 4   # the [C, P] centre; the fused columns of ω, contiguous
+    return per_rank * int(ranks_sharing) + checkpoint_gather_bytes(n, F, world)
 
 
 def check_fpfc_memory(cfg, available: tuple[int, str] | None = None) -> None:
     """Refuse an FPFC run whose pairwise state would not fit (ConfigError on
     ``clients`` naming the numbers and the largest client count that fits)."""
     n, P = cfg.clients, parameter_count(cfg)
+    first = fused_columns(cfg)[1]
     free, where = available or available_memory(cfg.device)
     devices, nodes = world_from_env()
     world, sharing = devices * nodes, 1
     if where.startswith("host"):
         sharing = devices   # ranks on this node share its RAM
-    need = fpfc_memory_need(n, P, sharing, world)
+    need = fpfc_memory_need(n, P, sharing, world, P - first)
     if need <= free:
         return
     # the largest count that fits (the need is not monotonic: shards of unequal size cost a copy at checkpoints)
-    fits = next((k for k in range(n - 1, 1, -1) if fpfc_memory_need(k, P, sharing, world) <= free), 1)
+    fits = next((k for k in range(n - 1, 1, -1) if fpfc_memory_need(k, P, sharing, world, P - first) <= free), 1)
     gib = 2.0**30
     ranks = f", {world} ranks" + (f", {sharing} on this memory" if sharing > 1 else "") if world > 1 else ""
     raise ConfigError(
@@ -755,10 +816,15 @@ class FpfcConfig:
                                       "model), own (its own omega_i; the official MNIST/FMNIST code), "
                                       "own_then_cluster (own omega_i, its cluster's mean in the last round; the "
                                       "official Synthetic code)")
+    fuse: str = option("all", "what the pairs fuse: all (the whole model) or head (the model's last layer, with "
+                              "the local proximal term on it alone; the body is the round's participants' plain "
+                              "mean: the official MNIST/FMNIST code)")
 
     def validate(self, cfg) -> None:
         one_of("fpfc.mode", self.mode, set(MODES), "paper (Theorem 1 enforced) or official (as the authors' code)")
         one_of("fpfc.evaluate", self.evaluate, set(EVALUATE), "the model a client holds and is evaluated with")
+        one_of("fpfc.fuse", self.fuse, set(FUSE), "all (the whole model) or head (its last layer, the body "
+                                                   "averaged over the participants)")
         if self.mode == "official":
             warning = check_official(self.lam, self.a, self.xi, self.rho)
             if warning:
@@ -806,6 +872,9 @@ class Fpfc(Algorithm):
     fpfc: FpfcConfig = field(default_factory=FpfcConfig)
     participation: float = 1.0
     rounds: int = 0            # the run's last round (fpfc.evaluate=own_then_cluster reads the clusters there)
+    prox_layers: tuple[str, ...] | None = None   # fpfc.fuse=head: the head's tensors (None: the whole model)
+    first: int = 0             # the pairs fuse columns first .. P - 1 (fpfc.fuse=head: the head's); 0 .. first - 1
+    #                            (the body) are averaged over the participants
 
     name = "fpfc"
     report_position = 13
@@ -814,14 +883,16 @@ class Fpfc(Algorithm):
 
     @classmethod
     def from_config(cls, cfg) -> "Fpfc":
-        return cls(cfg.fpfc, cfg.participation, cfg.rounds)
+        prox_layers, first = fused_columns(cfg)
+        return cls(cfg.fpfc, cfg.participation, cfg.rounds, prox_layers, first)
 
     def init(self, ctx: Context) -> FpfcState:
-        """ω_i^0 all equal (w0), ζ_i^0 = ω_i^0, θ^0 = 0, v^0 = 0 (c = 0)."""
+        """ω_i^0 all equal (w0), ζ_i^0 = ω_i^0, θ^0 = 0, v^0 = 0 (c = 0); ζ and
+        θ over the fused columns (``fpfc.fuse=head``: the head's)."""
         n, w0 = ctx.n, ctx.w0.detach()
-        P, C, E = w0.numel(), len(ctx.client_ids), n_pairs(n)
+        P, C, E = w0.numel() - self.first, len(ctx.client_ids), n_pairs(n)
         zeros = dict(dtype=w0.dtype, device=w0.device)
-        return FpfcState(omega=w0.expand(n, -1).clone(), zeta=w0.expand(C, -1).clone(),
+        return FpfcState(omega=w0.expand(n, -1).clone(), zeta=w0[self.first:].expand(C, -1).clone(),
                          theta_rows=torch.zeros(C, row_slots(n), P, **zeros),
                          theta_diam=torch.zeros(diametric_pairs(n), P, **zeros),
                          ratio=torch.zeros(E, dtype=torch.float64, device=w0.device),
@@ -830,8 +901,15 @@ class Fpfc(Algorithm):
 
     def plan(self, state: FpfcState, ctx: Context, round_: int, models: torch.Tensor):
         """Client i trains from its own ω_i with the proximal term ``ρ/2‖ω − ζ_i‖²``
-        (Algorithm 1 step 3: ``ω ← ω − α[∇f_i(ω) + ρ(ω − ζ_i)]``)."""
-        return state, RoundPlan(start=own(ctx, state.omega), anchor=state.zeta, mu=self.fpfc.rho)
+        (Algorithm 1 step 3: ``ω ← ω − α[∇f_i(ω) + ρ(ω − ζ_i)]``); with
+        ``fpfc.fuse=head`` on the head alone, the body trains plain (the
+        official LABELSWAP code's ``FPFC.client``)."""
+        start = own(ctx, state.omega)
+        if self.prox_layers is None:
+            return state, RoundPlan(start=start, anchor=state.zeta, mu=self.fpfc.rho)
+        anchor = start.clone()   # the body's columns are never read (no proximal term there)
+        anchor[:, self.first:] = state.zeta
+        return state, RoundPlan(start=start, anchor=anchor, mu=self.fpfc.rho, prox_layers=self.prox_layers)
 
     def aggregate(self, state: FpfcState, ctx: Context, view: RoundView):
         """Participants' ω become their trained models; then each rank steps
@@ -839,22 +917,29 @@ class Fpfc(Algorithm):
         all-reduce sums the exact ζ terms and shares every pair's c and ‖θ‖,
         and every rank reads the clusters off ‖θ_ij‖ ≤ ν (official mode: as
         the authors' code, :func:`threshold_labels`).  A client holds, and is evaluated with, the model
-        ``fpfc.evaluate`` names (:func:`held_models`)."""
-        f, after = self.fpfc, view.all_after
+        ``fpfc.evaluate`` names (:func:`held_models`).  ``fpfc.fuse=head``: the
+        pairs and ζ cover the head's columns; the participants' bodies become
+        their plain mean (:func:`average_body_`; the pairs never read the
+        body, so that it follows their step, as in the code, changes nothing)."""
+        f, after, head = self.fpfc, view.all_after, self.first
         active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device)
         scale = state.scale
-        if scale is None:   # u_1 = participants' mean ‖ω_i^1 − ω_i^0‖: λ, ξ and ν are read in its units
-            scale = float((after[active] - state.omega[active]).norm(dim=1).mean()) if f.scale_to_model else 1.0
+        if scale is None:   # u_1 = participants' mean ‖ω_i^1 − ω_i^0‖, fused columns: λ, ξ and ν in its units
+            moved = after[active] - state.omega[active]
+            moved = moved[:, head:] if head else moved
+            scale = float(moved.norm(dim=1).mean()) if f.scale_to_model else 1.0
             if not scale > 0:
                 raise ValueError("FPFC: no client moved in round 1 (mean update norm 0); "
                                  "check train.lr, or set fpfc.scale_to_model=false")
         lam, xi, nu = f.lam * scale, f.xi * scale, f.nu * scale
-        omega = torch.where(active[:, None], after, state.omega)
+        omega = average_body_(torch.where(active[:, None], after, state.omega), active, head)
+        fused = omega[:, head:].contiguous() if head else omega
         first, count = ctx.own_rows.start, len(ctx.client_ids)
         official = f.mode == "official"
-        buffer = shard_sweep_(omega, state.theta_rows, state.theta_diam, state.ratio, state.norms, first, active,
+        buffer = shard_sweep_(fused, state.theta_rows, state.theta_diam, state.ratio, state.norms, first, active,
                               lam, f.a, xi, f.rho, twice=official)
-        zeta_own = shard_finish(sum_over_ranks(buffer), omega, state.ratio, state.norms, first, count)
+        zeta_own = shard_finish(sum_over_ranks(buffer), fused, state.ratio, state.norms, first, count)
+        del fused
         del buffer
         norms = slot_norm_matrix(state.norms, ctx.n)
         if official:   # the code's threshold(): groups of equal neighbour lists, means taken group after group
@@ -874,6 +959,12 @@ class Fpfc(Algorithm):
         layout (θ and v ``[E, P]`` as server state) is converted
         (:func:`from_literal`)."""
         server = dict(saved["server"])
+        width = (server["theta"] if "v" in server else server["theta_diam"]).shape[-1]
+        want = int(ctx.w0.numel()) - self.first
+        if width != want:
+            raise ConfigError("fpfc.fuse", self.fpfc.fuse, f"the checkpoint's pair state covers {width} columns but "
+                              f"fpfc.fuse={self.fpfc.fuse} fuses {want}; resume with the fpfc.fuse the run started "
+                              f"with, or start afresh with overwrite=true")
         if "v" in server:
             theta, v = server.pop("theta"), server.pop("v")
             first, count = ctx.own_rows.start, len(ctx.client_ids)

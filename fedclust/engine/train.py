@@ -196,9 +196,33 @@ def _starts(epochs: int, n: int, batch_size: int):
         yield from range(0, n, batch_size)
 
 
+def proximal_layers(layout: ParamLayout, names) -> tuple[int, ...] | None:
+    """The indices in ``layout.names`` of the parameter tensors that carry
+    the proximal term (``names``, e.g. FPFC's classifier head under
+    ``fpfc.fuse=head``); None (every tensor) when ``names`` is None."""
+    if names is None:
+        return None
+    names = tuple(names)
+    unknown = [name for name in names if name not in layout.names]
+    if unknown or not names:
+        raise ValueError(f"prox_layers = {names!r}: must name at least one of the model's parameter tensors "
+                         f"{layout.names} (unknown: {unknown}); pass None for the whole model")
+    return tuple(k for k, name in enumerate(layout.names) if name in names)
+
+
+def _add_proximal_(grads: list, params: list, anchors: list, mu: float, prox: tuple[int, ...] | None) -> None:
+    """``g += mu * (w - anchor)`` per tensor, in place on ``grads``; only the
+    tensors ``prox`` lists when it is given (None: all of them, the same two
+    foreach calls on the same lists as before the selection existed)."""
+    if prox is not None:
+        grads, params, anchors = ([t[k] for k in prox] for t in (grads, params, anchors))
+    torch._foreach_add_(grads, params, alpha=mu)
+    torch._foreach_add_(grads, anchors, alpha=-mu)
+
+
 def _train_chunk_masked(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                         orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None, mu: float,
-                        counts: torch.Tensor) -> torch.Tensor:
+                        counts: torch.Tensor, prox: tuple[int, ...] | None = None) -> torch.Tensor:
     """:func:`_train_chunk_func` for clients of unequal sizes: all clients
     step together; a client without a batch at a step (its epoch has fewer
     batches) does not step: its weights and momentum stay as they are, as
@@ -215,8 +239,7 @@ def _train_chunk_masked(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: 
         grads, losses = grad_fn(params, xb, yb, w)
         grads = [grads[name] for name in layout.names]
         if anchors is not None:  # proximal term: g += mu * (w - anchor)
-            torch._foreach_add_(grads, param_list, alpha=mu)
-            torch._foreach_add_(grads, anchors, alpha=-mu)
+            _add_proximal_(grads, param_list, anchors, mu, prox)
         on = [active.view((-1,) + (1,) * (g.dim() - 1)) for g in grads]
         if bufs is None:
             bufs = grads                    # every client has a batch at its round's first step
@@ -232,7 +255,7 @@ def _train_chunk_masked(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: 
 
 def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                       orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
-                      mu: float) -> torch.Tensor:
+                      mu: float, prox: tuple[int, ...] | None = None) -> torch.Tensor:
     """Local training of all rows of ``flat`` with ``torch.func.grad``; returns mean losses [C]."""
     grad_fn = _grad_fn(arch, settings.compile)
     params = layout.views(flat)
@@ -245,8 +268,7 @@ def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: to
         grads, losses = grad_fn(params, xb, yb)
         grads = [grads[name] for name in layout.names]
         if anchors is not None:  # proximal term: g += mu * (w - anchor)
-            torch._foreach_add_(grads, param_list, alpha=mu)
-            torch._foreach_add_(grads, anchors, alpha=-mu)
+            _add_proximal_(grads, param_list, anchors, mu, prox)
         bufs = sgd_momentum_(param_list, grads, bufs, settings.lr, settings.momentum)
         loss_sum += losses
         steps += 1
@@ -255,7 +277,7 @@ def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: to
 
 def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[str, ...], x: torch.Tensor,
                        y: torch.Tensor, orders: torch.Tensor, settings: TrainSettings,
-                       anchor: torch.Tensor | None, mu: float) -> torch.Tensor:
+                       anchor: torch.Tensor | None, mu: float, prox: tuple[int, ...] | None = None) -> torch.Tensor:
     """Local training of all rows of ``flat`` (MLP or logistic regression,
     ``layers`` of :data:`DENSE_LAYERS`) with the hand-written backward of
     :func:`dense_momentum_grads_`; returns mean losses [C]."""
@@ -266,8 +288,12 @@ def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[st
     steps = 0
     for xb, yb in _batches(x, y, orders, settings.batch_size):
         loss_sum += dense_momentum_grads_(params, bufs, xb, yb, settings.momentum if steps else 0.0, layers)
-        if anchor is not None:  # proximal term: buf += mu * (w - anchor)
+        if anchor is not None and prox is None:  # proximal term: buf += mu * (w - anchor)
             momentum.add_(flat, alpha=mu).add_(anchor, alpha=-mu)
+        elif anchor is not None:   # on the selected tensors' columns only
+            for k in prox:
+                cols = slice(layout.offsets[k], layout.offsets[k] + layout.sizes[k])
+                momentum[:, cols].add_(flat[:, cols], alpha=mu).add_(anchor[:, cols], alpha=-mu)
         flat.add_(momentum, alpha=-settings.lr)  # w <- w - lr * buf, torch.optim.SGD
         steps += 1
     return loss_sum / steps
@@ -275,7 +301,8 @@ def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[st
 
 def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x: torch.Tensor, y: torch.Tensor,
                       orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
-                      mu: float, counts: torch.Tensor | None = None) -> torch.Tensor:
+                      mu: float, counts: torch.Tensor | None = None,
+                      prox: tuple[int, ...] | None = None) -> torch.Tensor:
     """Local training of the rows of ``flat`` one client after another (the
     ``loop`` engine): the module holds client c's row, autograd gives the
     batch gradient, and the same SGD step as the batched paths updates it;
@@ -296,8 +323,7 @@ def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x
             grads = list(torch.autograd.grad(loss, params))
             with torch.no_grad():
                 if centre is not None:   # proximal term: g += mu * (w - anchor)
-                    torch._foreach_add_(grads, params, alpha=mu)
-                    torch._foreach_add_(grads, centre, alpha=-mu)
+                    _add_proximal_(grads, params, centre, mu, prox)
                 bufs = sgd_momentum_(params, grads, bufs, settings.lr, settings.momentum)
             total += loss.detach()
             steps += 1
@@ -309,14 +335,14 @@ def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x
 
 def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                  orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
-                 mu: float, counts: torch.Tensor | None = None) -> torch.Tensor:
+                 mu: float, counts: torch.Tensor | None = None, prox: tuple[int, ...] | None = None) -> torch.Tensor:
     if isinstance(arch, ModuleNet) and arch.engine == "loop":
-        return _train_chunk_loop(flat, layout, arch, x, y, orders, settings, anchor, mu, counts)
+        return _train_chunk_loop(flat, layout, arch, x, y, orders, settings, anchor, mu, counts, prox)
     if counts is not None:   # unequal clients: torch.func with per-sample weights and per-client steps
-        return _train_chunk_masked(flat, layout, arch, x, y, orders, settings, anchor, mu, counts)
+        return _train_chunk_masked(flat, layout, arch, x, y, orders, settings, anchor, mu, counts, prox)
     if isinstance(arch, str) and arch in DENSE_LAYERS and settings.backprop == "auto" and not settings.compile:
-        return _train_chunk_dense(flat, layout, DENSE_LAYERS[arch], x, y, orders, settings, anchor, mu)
-    return _train_chunk_func(flat, layout, arch, x, y, orders, settings, anchor, mu)
+        return _train_chunk_dense(flat, layout, DENSE_LAYERS[arch], x, y, orders, settings, anchor, mu, prox)
+    return _train_chunk_func(flat, layout, arch, x, y, orders, settings, anchor, mu, prox)
 
 
 def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> torch.Tensor | None:
@@ -341,7 +367,8 @@ def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> 
 
 def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                 orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None = None,
-                mu: float = 0.0, counts: torch.Tensor | None = None) -> torch.Tensor:
+                mu: float = 0.0, counts: torch.Tensor | None = None,
+                prox_layers: tuple[str, ...] | None = None) -> torch.Tensor:
     """One round of local SGD for every client (docs/algorithms.md), in place on ``flat`` [C, P].
 
     x [C, N, *input], y [C, N]; orders [epochs, C, N]: client c's sample order
@@ -355,7 +382,10 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
     positions (the rest padding; orders from ``batch_orders(..., counts)``
     list its own examples first): its epoch is ceil(counts[c] / batch_size)
     batches of its own examples, and it does not step while others still
-    have batches (see :func:`_train_chunk_masked`).
+    have batches (see :func:`_train_chunk_masked`).  ``prox_layers``: names
+    of the parameter tensors (``layout.names``) that carry the proximal
+    term, the others train plain (FPFC's ``fpfc.fuse=head``: the classifier
+    head only); None: every tensor.
     """
     _check_data(flat, layout, x, y)
     counts = _check_counts(counts, c=y.shape[0], n=y.shape[1], device=x.device)
@@ -366,6 +396,7 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
     if orders.shape[0] != settings.epochs:
         raise ValueError(f"orders has {orders.shape[0]} epochs but settings.epochs = {settings.epochs}")
     anchor = check_anchor(anchor, mu, flat)
+    prox = proximal_layers(layout, prox_layers)
     orders = orders.to(x.device)
     y = y.to(x.device)
     client_chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
@@ -374,7 +405,7 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
         c1 = min(c, c0 + client_chunk)
         losses[c0:c1] = _train_chunk(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], orders[:, c0:c1], settings,
                                      None if anchor is None else anchor[c0:c1], float(mu),
-                                     None if counts is None else counts[c0:c1])
+                                     None if counts is None else counts[c0:c1], prox)
     return losses
 
 
