@@ -178,6 +178,7 @@ OUT_OF_RANGE = {
     "fpfc.scale_to_model": ("maybe", ["algorithm.name=fpfc"]),
     "fpfc.mode": ("authors", ["algorithm.name=fpfc"]),
     "fpfc.evaluate": ("mean", ["algorithm.name=fpfc"]),
+    "fpfc.fuse": ("body", ["algorithm.name=fpfc"]),
     "ifca.clusters": ("0", ["algorithm.name=ifca"]),
     "ifca.restarts": ("0", ["algorithm.name=ifca"]),
     "ifca.restart_rounds": ("0", ["algorithm.name=ifca"]),      # 3 restarts by default
