@@ -9,12 +9,12 @@ import math
 import numpy as np
 import torch
 
-from fedclust.algorithms.aggregation import neighbor_indices, row_counts
+from fedclust.algorithms.aggregation import neighbor_indices
 from fedclust.data import dataset
 from fedclust.dist import gather_rows
 from fedclust.engine.train import evaluate
 from fedclust.models import model_record
-from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
+from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall, row_counts
 
 METRICS_PER_CLIENT = 6   # accuracy, loss, precision, recall, models received, most received in a round
 

@@ -1,6 +1,7 @@
 """What is measured (docs/algorithms.md): neighbour precision and recall, cluster
 recovery from the symmetrised neighbour graph (number of components and
-adjusted Rand index against the truth)."""
+adjusted Rand index against the truth), and the row counts of bool masks they and
+the algorithms take in bounded memory."""
 
 from __future__ import annotations
 
@@ -8,8 +9,22 @@ import numpy as np
 import torch
 from scipy.sparse import csr_matrix
 
-from fedclust.algorithms.aggregation import row_counts
 from fedclust.lists import graph_components
+
+ROW_COUNT_CHUNK_ELEMENTS = 2**22   # mask entries row_counts sums at once (32 MB of int64)
+
+
+def row_counts(mask: torch.Tensor) -> torch.Tensor:
+    """``[C]`` int64: the True entries of each row of a bool ``[C, n]`` mask.
+    torch sums a bool tensor through an int64 copy of it (8 bytes an entry,
+    800 MB for 10,000 × 10,000); here a chunk of rows at a time, at most
+    :data:`ROW_COUNT_CHUNK_ELEMENTS` entries."""
+    C, n = mask.shape
+    out = torch.empty(C, dtype=torch.int64, device=mask.device)
+    step = max(1, ROW_COUNT_CHUNK_ELEMENTS // max(n, 1))
+    for lo in range(0, C, step):   # chunks of rows: bounded memory
+        out[lo:lo + step] = mask[lo:lo + step].sum(1)
+    return out
 
 
 def neighbor_precision_recall(lists: torch.Tensor, clusters: torch.Tensor, client_ids: torch.Tensor):

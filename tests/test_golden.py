@@ -40,7 +40,7 @@ def _compare(got, want, where):
 def test_every_registered_algorithm_has_a_golden_file():
     from fedclust.algorithms import registry
 
-    assert NAMES == registry.names()
+    assert NAMES == registry.builtin_names()   # plug-ins other tests load in this process have none
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -10,6 +10,7 @@ import math
 import torch
 
 from fedclust import rng
+from fedclust.metrics import row_counts
 
 
 def mixing_matrix(neighbors: torch.Tensor, self_mask: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -38,22 +39,6 @@ def gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: torch.T
     if (path or gossip_path(neighbors.shape[1])) == "dense":
         return mixing_matrix(neighbors, self_mask, all_models.dtype) @ all_models
     return sparse_gossip(neighbors, self_mask, all_models)
-
-
-ROW_COUNT_CHUNK_ELEMENTS = 2**22   # mask entries row_counts sums at once (32 MB of int64)
-
-
-def row_counts(mask: torch.Tensor) -> torch.Tensor:
-    """``[C]`` int64: the True entries of each row of a bool ``[C, n]`` mask.
-    torch sums a bool tensor through an int64 copy of it (8 bytes an entry,
-    800 MB for 10,000 × 10,000); here a chunk of rows at a time, at most
-    :data:`ROW_COUNT_CHUNK_ELEMENTS` entries."""
-    C, n = mask.shape
-    out = torch.empty(C, dtype=torch.int64, device=mask.device)
-    step = max(1, ROW_COUNT_CHUNK_ELEMENTS // max(n, 1))
-    for lo in range(0, C, step):   # chunks of rows: bounded memory
-        out[lo:lo + step] = mask[lo:lo + step].sum(1)
-    return out
 
 
 def neighbor_indices(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

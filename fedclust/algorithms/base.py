@@ -19,7 +19,8 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
-from fedclust.algorithms.aggregation import gossip, gossip_columns, own, row_counts
+from fedclust.algorithms.aggregation import gossip, gossip_columns, own
+from fedclust.metrics import row_counts
 from fedclust.errors import ConfigError
 
 
