@@ -191,6 +191,8 @@ class LoopState:
         lo, hi = (int(ids[0]), int(ids[-1]) + 1) if len(ids) else (0, 0)
 
         def mine(full):
+            if isinstance(full, dict):   # a bool [n, w] mask, packed eight columns a byte
+                return checkpoint.unpack_bits(full["bits"][lo:hi], int(full["width"])).to(s.device)
             return None if full is None else full[lo:hi].to(s.device, copy=True)   # not a view of the mapped file
 
         algo_saved = {"clients": {k: mine(v) for k, v in payload["algorithm"]["clients"].items()},
@@ -219,6 +221,9 @@ def _gather(s: Setup, rows):
     as it arrives: no rank holds all n rows on its device, and only rank 0 keeps them."""
     if rows is None:
         return None
+    if rows.dtype == torch.bool and rows.dim() == 2:   # masks travel and are saved eight columns a byte
+        packed = _gather(s, checkpoint.pack_bits(rows))
+        return None if packed is None else {"bits": packed, "width": rows.shape[1]}
     x = (rows.to(torch.uint8) if rows.dtype == torch.bool else rows).contiguous()
     if s.world == 1:   # nothing to gather (and on a CPU no copy)
         full = x.cpu()

@@ -102,3 +102,17 @@ def test_row_counts_in_chunks_equal_the_sum(monkeypatch):
         monkeypatch.setattr(metrics, "ROW_COUNT_CHUNK_ELEMENTS", chunk)
         assert torch.equal(metrics.row_counts(mask), want)
     assert metrics.row_counts(torch.zeros(0, 5, dtype=torch.bool)).shape == (0,)
+
+
+def test_masks_packed_eight_columns_a_byte_for_checkpoints():
+    from fedclust.checkpoint import pack_bits, unpack_bits
+
+    mask = torch.tensor([[True, False, False, False, False, False, False, False, True, True],
+                         [False] * 9 + [True]])
+    packed = pack_bits(mask)
+    assert packed.dtype == torch.uint8 and packed.tolist() == [[1, 3], [0, 2]]   # column 8b + k is bit k of byte b
+    assert torch.equal(unpack_bits(packed, 10), mask)
+    g = torch.Generator().manual_seed(5)
+    for rows, width in ((0, 7), (4, 0), (6, 8), (5, 33)):
+        m = torch.rand(rows, width, generator=g) < 0.4
+        assert pack_bits(m).shape == (rows, (width + 7) // 8) and torch.equal(unpack_bits(pack_bits(m), width), m)

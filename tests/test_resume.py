@@ -200,8 +200,8 @@ def test_resume_modes_and_config_differences(tmp_path):
 @pytest.mark.parametrize("name", ["pens", "panm_grad"])
 def test_a_checkpoint_with_the_earlier_n_by_n_state_resumes_exactly(tmp_path, name):
     """Checkpoints written before the stage-one counts were lists hold them as [n, n] tables (the runner's
-    int32, PENS's int64) and PANM's and PENS's last similarities as [n, n] float32: such a checkpoint from
-    the middle of stage one resumes to exactly the uninterrupted run."""
+    int32, PENS's int64), PANM's and PENS's last similarities as [n, n] float32 and masks as bool tables
+    (not packed bits): such a checkpoint from the middle of stage one resumes to exactly the uninterrupted run."""
     import numpy as np
 
     from fedclust.algorithms.peer_counts import counts_matrix
@@ -222,6 +222,9 @@ def test_a_checkpoint_with_the_earlier_n_by_n_state_resumes_exactly(tmp_path, na
     if name == "pens":
         clients["counts"] = counts_matrix(clients.pop("count_peers"), clients["counts"], n)
     clients["last_similarity"] = torch.full((n, n), float("nan"))
+    for field_name, value in list(clients.items()):   # masks were saved as bool tables, not packed bits
+        if isinstance(value, dict):
+            clients[field_name] = checkpoint.unpack_bits(value["bits"], value["width"])
     checkpoint.write(old, 6, {k: v for k, v in payload.items() if k not in ("format", "round", "complete")})
     in_process(name, old, *extra)
     assert results(old) == results(tmp_path / "whole")
