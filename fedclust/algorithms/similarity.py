@@ -216,7 +216,12 @@ def padded_pools(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     True columns in ascending order, padded to the longest row ``m`` with
     the row's first True column (or 0); ``valid`` marks the real entries."""
     idx, valid = neighbor_indices(mask)
-    return torch.where(valid, idx, idx[:, :1].expand_as(idx)), valid
+    return _pad_with_first(idx, valid), valid
+
+
+def _pad_with_first(idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``idx`` with each row's padding replaced by its first entry (a real peer, so every index is a model)."""
+    return torch.where(valid, idx, idx[:, :1].expand_as(idx))
 
 
 def loss_similarity(
@@ -257,8 +262,7 @@ def loss_pool_scores(
     if not bool(valid.any()):
         return scores
     if pool_loss is not None:
-        peers = torch.where(valid, idx, idx[:, :1].expand_as(idx))   # padded_pools: padding repeats a real peer
-        loss = pool_loss(all_after, peers.to(all_after.device)).to(device=values.device, dtype=torch.float32)
+        loss = pool_loss(all_after, _pad_with_first(idx, valid).to(all_after.device))   # as padded_pools.to(device=values.device, dtype=torch.float32)
         values[valid] = 1.0 / loss[valid].clamp_min(LOSS_FLOOR)   # padding never written
         return scores
     if pair_loss is None:
