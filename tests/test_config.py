@@ -34,6 +34,13 @@ def test_fmnist_rotation2_is_the_paper_setting():
     assert (cfg.rounds, cfg.stage1_rounds) == (300, 100)
 
 
+def test_the_defaults_are_fmnist_rotation2_but_for_the_algorithm():
+    """`fedclust bench-scale` and `bench-rounds` run the built-in defaults (so they work from any folder) and say
+    these are configs/fmnist_rotation2.yaml's setting; they set the algorithm themselves."""
+    path = Path(__file__).resolve().parent.parent / "configs/fmnist_rotation2.yaml"
+    assert load_config(None, ["algorithm.name=panm_grad"]) == load_config(path)
+
+
 def test_overrides_are_typed():
     cfg = load_config(None, ["algorithm.k=3", "train.lr=0.1", "data.share_images=true", "algorithm.name=oracle"])
     assert cfg.algorithm.k == 3 and cfg.train.lr == 0.1 and cfg.data.share_images is True

@@ -102,7 +102,8 @@ def table(results: dict[str, dict[str, list[float]]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fedclust bench-rounds", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="configs/fmnist_rotation2.yaml", help="YAML config ('' for the defaults)")
+    p.add_argument("--config", default="", help="YAML config (default: the built-in defaults, which are "
+                   "configs/fmnist_rotation2.yaml's setting, so it runs from any folder)")
     p.add_argument("--algorithms", default=DEFAULT_ALGORITHMS, help="comma-separated; the first is the baseline")
     p.add_argument("--rounds", type=int, default=8, help="rounds per run (round 1 is not timed)")
     p.add_argument("--stage1", type=int, default=4, help="stage-one rounds of each run")

@@ -264,7 +264,8 @@ def predict_table(config: str, counts: list[int], world: int, algorithm: str, ov
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fedclust bench-scale", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="configs/fmnist_rotation2.yaml", help="YAML config ('' for the defaults)")
+    p.add_argument("--config", default="", help="YAML config (default: the built-in defaults, which are "
+                   "configs/fmnist_rotation2.yaml's setting, so it runs from any folder)")
     p.add_argument("--clients", default="100,1000", help="comma-separated client counts (run smallest first)")
     p.add_argument("--rounds", type=int, default=3, help="rounds per count (round 1 is not timed)")
     p.add_argument("--algorithm", default="random")
