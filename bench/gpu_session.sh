@@ -3,7 +3,10 @@
 # rounds on CUDA, (2) `fedclust bench` (engine, vectorized vs per-client loop),
 # (3) `fedclust bench-rounds` (Random, PANMGrad, PANMLoss whole rounds), each
 # alone on the GPU, then (4) the Fashion-MNIST sweep of bench/reproduce_fmnist.sh
-# for SEEDS in LANES parallel runs until DEADLINE seconds after the start.
+# for SEEDS in LANES parallel runs until DEADLINE seconds after the start,
+# after (5, step fpfc) FPFC as its official code runs FMNIST, on the code's data
+# and CNN (bench/fpfc_official_fmnist_data.py, bench/fpfc_official_convnet.py),
+# for at most FPFC_SECONDS (its checkpoints keep what it did; run again to go on).
 # Everything it measured is packed into $OUT (table.md, bench.json,
 # rounds.md, runs.tar.gz, session.log).  Needs the four Fashion-MNIST IDX
 # files in data/ (data.root), since the machine has no internet.
@@ -20,7 +23,8 @@ SMOKE=${SMOKE:-"clients=12 rounds=3 stage1_rounds=2 algorithm.l=4 algorithm.k=2 
 BENCH_ARGS=${BENCH_ARGS:-""}         # e.g. --quick
 ROUNDS_ARGS=${ROUNDS_ARGS:-"--cycles 2"}
 SWEEP_EXTRA=${SWEEP_EXTRA:-""}       # more overrides for the sweep's runs (a dry run on a CPU: rounds=3 ...)
-STEPS=${STEPS:-"smoke bench rounds sweep"}   # which parts to run
+STEPS=${STEPS:-"smoke bench rounds fpfc sweep"}   # which parts to run
+FPFC_SECONDS=${FPFC_SECONDS:-150}
 SET=${SET:-all}                      # the sweep's set (bench/reproduce_fmnist.sh), SPECS_LINES for SET=custom
 export SET SPECS_LINES=${SPECS_LINES:-}
 FC="python3 -m fedclust"
@@ -67,6 +71,15 @@ echo "== bench-rounds ($(elapsed) s)"
 $FC bench-rounds $ROUNDS_ARGS device="$DEVICE" data.root=data > "$OUT/rounds.md" 2> /tmp/rounds.err \
   || { echo "bench-rounds failed"; tail -12 /tmp/rounds.err; }
 cat "$OUT/rounds.md"
+fi
+
+if has fpfc; then
+echo "== fpfc, the code's FMNIST data and CNN, for ${FPFC_SECONDS} s at most ($(elapsed) s)"
+[ -f /tmp/fpfc_fmnist.npz ] || python3 bench/fpfc_official_fmnist_data.py /tmp/fpfc_fmnist.npz
+timeout -k 5 "$FPFC_SECONDS" $FC run configs/fpfc_official_fmnist.yaml data.name=npz data.path=/tmp/fpfc_fmnist.npz \
+  model=bench/fpfc_official_convnet.py:ConvNet engine=batched device="$DEVICE" checkpoint_every=10 progress=false \
+  figures=false out="$OUT/fpfc_code-s0" label="fpfc official (code's data and CNN)" > "$OUT/fpfc_code-s0.log" 2>&1
+tail -2 "$OUT/fpfc_code-s0.log"
 fi
 
 left=$(( DEADLINE - $(elapsed) ))
