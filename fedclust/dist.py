@@ -28,6 +28,18 @@ def world_from_env() -> tuple[int, int]:
     return 1, 1
 
 
+def launch_rank() -> int:
+    """This process's global rank as the launcher set it, before any process group: torchrun's RANK, Slurm's
+    SLURM_PROCID for a job of several tasks, else 0."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"])
+    nodes_by_tasks = world_from_env()
+    if nodes_by_tasks != (1, 1) and "SLURM_PROCID" in env:
+        return int(env["SLURM_PROCID"])
+    return 0
+
+
 def resolve_device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"

@@ -4,10 +4,14 @@ fedclust.tracking.)"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import shutil
+import socket
+import sys
 import time
 from pathlib import Path
 
@@ -47,6 +51,55 @@ def check_writable(path: str) -> None:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError("out", path, f"cannot be written: no write permission in {parent}; choose another "
                           "out=DIR")
+
+
+LOCK_NAME = ".fedclust.lock"   # held by the process that writes the run directory, released when it exits
+
+
+class RunLock:
+    """An exclusive lock (``flock``) on ``LOCK_NAME`` in a run directory, held for as long as one run writes it,
+    so that a second run started on the same ``out`` (the same command twice, two sweep agents, a job and its
+    requeued copy overlapping) is refused instead of writing the same files.  The kernel drops the lock when the
+    process ends, however it ends, so a killed run leaves no stale lock; the file stays, naming its last holder."""
+
+    def __init__(self, run_dir: str | Path):
+        d = Path(run_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        self.path = d / LOCK_NAME
+        self._file = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip() or "another process"
+            self._file.close()
+            raise ConfigError("out", str(run_dir), f"is in use by another fedclust run ({holder}); wait for it to "
+                              "end or stop it (it continues from its checkpoints when run again), or choose "
+                              "another out=DIR") from None
+        except OSError as exc:   # a file system without locks (Lustre mounted without -o flock): run unguarded
+            print(f"fedclust: warning: cannot lock {self.path} ({exc.strerror}); nothing stops a second run from "
+                  "writing this directory at the same time", file=sys.stderr, flush=True)
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        self._file.flush()
+
+    @classmethod
+    def for_rank(cls, run_dir: str | Path, rank: int):
+        """The lock for the process that writes the directory (rank 0), a context that holds nothing for the
+        others."""
+        return cls(run_dir) if rank == 0 else contextlib.nullcontext()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()   # closing drops the lock
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def clear_run(d: Path) -> list[str]:

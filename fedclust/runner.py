@@ -30,7 +30,8 @@ from fedclust.algorithms.base import Algorithm, Context, RoundResult, RoundView
 from fedclust.algorithms.peer_counts import add_mask, empty_counts, from_matrix
 from fedclust.data import FederatedData, load_federated
 from fedclust.data.validation import carve_validation
-from fedclust.dist import CHECKPOINT_BLOCK_BYTES, ColumnBlocks, exchange_columns, gather_parts, gather_rows, make_fabric, shard_bounds
+from fedclust.dist import (CHECKPOINT_BLOCK_BYTES, ColumnBlocks, exchange_columns, gather_parts, gather_rows,
+                           launch_rank, make_fabric, shard_bounds)
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.pool import pool_losses
@@ -40,7 +41,7 @@ from fedclust.evaluation import Traffic, evaluate_round, summarize, summary_text
 from fedclust.figures import write_run_figures
 from fedclust.lists import index_lists
 from fedclust.models import initial_weights, make_net, model_name
-from fedclust.outputs import RunWriter, check_writable, default_out
+from fedclust.outputs import RunLock, RunWriter, check_writable, default_out
 from fedclust.progress import make_progress
 from fedclust.schema import Config, to_dict
 from fedclust.stopping import EXIT_REQUEUE, Stopped, StopRequest, requeue, slurm_job
@@ -377,42 +378,43 @@ def run(cfg: Config, prepared: Prepared | None = None) -> dict:
     chose; returns the summary (on every rank)."""
     prepared = prepared or prepare(cfg)                       # every check before the process group starts
     run_dir, started = prepared.run_dir, time.time()
-    fabric = make_fabric(cfg.device, cfg.collective_timeout)  # one process per device, from the environment
-    s = setup(cfg, fabric)                                     # this rank's clients, their data, the algorithm
-    resumed = prepared.resume_from[0] if prepared.resume_from is not None else None
-    state = LoopState.from_state_dict(s, prepared.resume_from[1]) if resumed is not None else LoopState.fresh(s)
-    del prepared                                               # the checkpoint's pages: not held for the run
-    edge = Edge(s, state, run_dir, resumed) if s.rank == 0 else None   # files, W&B, progress: rank 0 only
-    ckpt = checkpoint.Checkpointer(s, run_dir)
-    stop = StopRequest().install()
-    try:
-        for t in range(state.round + 1, cfg.rounds + 1):
-            outcome = round_step(s, state, t, stop.requested, ckpt.clock_due())
-            if t % cfg.eval_every == 0 or t == cfg.rounds:     # every rank gathers the round's metrics
-                record, state.final_lists = evaluate_round(s, state, outcome)
-                state.final_assignment = outcome.result.assignment
-                state.history.append(record)
+    with RunLock.for_rank(run_dir, launch_rank()):            # one run writes a directory at a time
+        fabric = make_fabric(cfg.device, cfg.collective_timeout)  # one process per device, from the environment
+        s = setup(cfg, fabric)                                     # this rank's clients, their data, the algorithm
+        resumed = prepared.resume_from[0] if prepared.resume_from is not None else None
+        state = LoopState.from_state_dict(s, prepared.resume_from[1]) if resumed is not None else LoopState.fresh(s)
+        del prepared                                               # the checkpoint's pages: not held for the run
+        edge = Edge(s, state, run_dir, resumed) if s.rank == 0 else None   # files, W&B, progress: rank 0 only
+        ckpt = checkpoint.Checkpointer(s, run_dir)
+        stop = StopRequest().install()
+        try:
+            for t in range(state.round + 1, cfg.rounds + 1):
+                outcome = round_step(s, state, t, stop.requested, ckpt.clock_due())
+                if t % cfg.eval_every == 0 or t == cfg.rounds:     # every rank gathers the round's metrics
+                    record, state.final_lists = evaluate_round(s, state, outcome)
+                    state.final_assignment = outcome.result.assignment
+                    state.history.append(record)
+                    if edge:
+                        edge.log_round(record)
                 if edge:
-                    edge.log_round(record)
+                    edge.round_done()
+                ckpt.after_round(state, outcome)                    # saves when due, asked, or at the end
+                for hook in _ROUND_END_HOOKS:
+                    hook(s, state, run_dir)
+                if outcome.stop and t < cfg.rounds:                # checkpoint written: requeue and leave
+                    raise _stopped(s, edge, t, stop, ckpt.last_path or checkpoint.path_for(run_dir, t))
+            summary = summarize(s, state.history, time.time() - started)
             if edge:
-                edge.round_done()
-            ckpt.after_round(state, outcome)                    # saves when due, asked, or at the end
-            for hook in _ROUND_END_HOOKS:
-                hook(s, state, run_dir)
-            if outcome.stop and t < cfg.rounds:                # checkpoint written: requeue and leave
-                raise _stopped(s, edge, t, stop, ckpt.last_path or checkpoint.path_for(run_dir, t))
-        summary = summarize(s, state.history, time.time() - started)
-        if edge:
-            edge.finish_run(summary)
-    except Stopped:
+                edge.finish_run(summary)
+        except Stopped:
+            finish(fabric)
+            raise
+        finally:
+            stop.restore()
+            if edge:
+                edge.close()
         finish(fabric)
-        raise
-    finally:
-        stop.restore()
-        if edge:
-            edge.close()
-    finish(fabric)
-    return summary
+        return summary
 
 
 def _stopped(s: Setup, edge, t: int, stop: StopRequest, path: Path) -> Stopped:

@@ -240,3 +240,89 @@ def test_thread_count_changes_sums_only_to_rounding(tmp_path):
         assert (a["neighbor_precision"], a["neighbor_recall"]) == (b["neighbor_precision"], b["neighbor_recall"])
         assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.5)   # one test sample of 160 is 0.625
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+
+
+# ----------------------------------------------------------------------------
+# One run writes a directory at a time
+
+
+def _try_lock_in_child(d, hold_seconds=0.0):
+    """A child process that takes the run lock of ``d`` (and holds it for ``hold_seconds``)."""
+    code = ("import sys, time\nfrom fedclust.outputs import RunLock\nfrom fedclust.errors import ConfigError\n"
+            f"try:\n    lock = RunLock({str(d)!r})\nexcept ConfigError as e:\n    print(e); sys.exit(3)\n"
+            f"print('locked', flush=True)\ntime.sleep({hold_seconds})\n")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_second_process_is_refused_while_a_run_holds_its_directory(tmp_path):
+    from fedclust.outputs import LOCK_NAME, RunLock
+
+    lock = RunLock(tmp_path / "run")
+    child = _try_lock_in_child(tmp_path / "run")
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 3
+    assert "config field 'out'" in out and "in use by another fedclust run" in out and f"pid {os.getpid()} " in out
+    lock.release()
+    child = _try_lock_in_child(tmp_path / "run")
+    assert child.communicate(timeout=60)[0].strip() == "locked" and child.returncode == 0
+    assert (tmp_path / "run" / LOCK_NAME).exists()   # the file stays; only the kernel's lock is the claim
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    from fedclust.outputs import RunLock
+
+    child = _try_lock_in_child(tmp_path / "run", hold_seconds=600)
+    assert child.stdout.readline().strip() == "locked"
+    with pytest.raises(ConfigError, match=f"pid {child.pid} "):
+        RunLock(tmp_path / "run")
+    child.kill()
+    child.wait(timeout=60)
+    RunLock(tmp_path / "run").release()
+
+
+def test_a_run_on_a_directory_in_use_is_refused_and_writes_nothing(tmp_path):
+    from fedclust.outputs import LOCK_NAME, RunLock
+
+    out = tmp_path / "run"
+    with RunLock(out):
+        with pytest.raises(ConfigError) as e:
+            small_run(out)
+        assert e.value.field == "out" and "in use" in str(e.value)
+        assert [p.name for p in out.iterdir()] == [LOCK_NAME]
+    summary = small_run(out)                    # released: the run goes ahead, then releases the lock itself
+    assert summary["rounds_completed"] == 4
+    RunLock(out).release()
+
+
+def test_launch_rank_and_only_rank_zero_locks(tmp_path, monkeypatch):
+    from fedclust.dist import launch_rank
+    from fedclust.outputs import RunLock
+
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE",
+              "SLURM_NNODES", "SLURM_JOB_NAME"):
+        monkeypatch.delenv(k, raising=False)
+    assert launch_rank() == 0
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    assert launch_rank() == 0                   # a one-task Slurm job is one process
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_JOB_NAME", "fmnist")
+    assert launch_rank() == 2
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert launch_rank() == 1                   # torchrun's RANK comes first
+    with RunLock.for_rank(tmp_path / "other", 1):
+        assert not (tmp_path / "other").exists()   # ranks other than 0 take no lock and make nothing
+
+
+def test_a_file_system_without_locks_warns_and_runs(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from fedclust import outputs
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(outputs.fcntl, "flock", no_locks)
+    with outputs.RunLock(tmp_path / "run") as lock:
+        assert f"pid {os.getpid()} " in lock.path.read_text()
+    assert "cannot lock" in capsys.readouterr().err
