@@ -34,8 +34,8 @@ def launch_rank() -> int:
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
         return int(env["RANK"])
-    nodes_by_tasks = world_from_env()
-    if nodes_by_tasks != (1, 1) and "SLURM_PROCID" in env:
+    local, nodes = world_from_env()
+    if local * nodes > 1 and "SLURM_PROCID" in env:
         return int(env["SLURM_PROCID"])
     return 0
 
