@@ -9,7 +9,8 @@
 #   SET=custom SPECS_LINES=$'cfl-e3.2 algorithm.name=cfl cfl.eps2=3.2\n...' bash bench/reproduce_fmnist.sh
 #
 # LANES runs go at once (default 2, one thread each on a CPU: THREADS); a run
-# whose summary.json exists is skipped, so an interrupted sweep resumes.
+# whose summary.json exists is skipped, so an interrupted sweep resumes; a run another sweep is running is
+# refused (its directory is locked) and its log, appended to, keeps both.
 # EXTRA adds config overrides to every run (e.g. EXTRA="device=cuda");
 # FEDCLUST is the command (default: fedclust; e.g. "python3 -m fedclust").
 set -euo pipefail
@@ -42,7 +43,7 @@ run_one() {   # SEED TAG [KEY=VALUE ...]
   [ -f "$OUT/$tag-s$s/summary.json" ] && return 0
   # shellcheck disable=SC2086
   OMP_NUM_THREADS=$THREADS $FEDCLUST run configs/fmnist_rotation2.yaml "$@" seed="$s" label="$tag" \
-    out="$OUT/$tag-s$s" progress=false $EXTRA > "$OUT/$tag-s$s.log" 2>&1 \
+    out="$OUT/$tag-s$s" progress=false $EXTRA >> "$OUT/$tag-s$s.log" 2>&1 \
     || echo "failed: $tag seed $s (see $OUT/$tag-s$s.log)"
 }
 export -f run_one
