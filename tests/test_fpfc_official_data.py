@@ -103,3 +103,32 @@ def test_a_short_run_on_the_codes_data_and_cnn(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(0 <= r["accuracy"] <= 100 for r in rows)
     assert rows[-1]["ari"] is not None   # the file's `cluster` array gives the true clusters
+
+
+def test_probe_pair_step_is_the_official_server_and_reset_zeroes_the_unstepped_pairs():
+    """bench/probe_fpfc_reset.py's pair step (every j of a participant at once) against test_fpfc_official's
+    plain loop of the code's server(), θ kept; with reset, the pairs neither of whose ends took part are 0."""
+    from test_fpfc_official import A, LAM, RHO, XI, official_server
+
+    probe = _load("probe_fpfc_reset")
+    g = torch.Generator().manual_seed(1)
+    n, P = 6, 5
+    heads = torch.randn(n, P, generator=g, dtype=torch.float64) * 0.4
+    theta0 = torch.randn(n, n, P, generator=g, dtype=torch.float64) * 0.1
+    V0 = torch.randn(n, n, P, generator=g, dtype=torch.float64) * 0.1
+    theta0, V0 = theta0 - theta0.transpose(0, 1), V0 - V0.transpose(0, 1)   # antisymmetric, as the code keeps them
+    selected = [4, 1, 2]
+    want_theta, want_V = theta0.clone(), V0.clone()
+    official_server(heads, want_theta, want_V, selected, LAM, A, XI, RHO)
+    theta, V = theta0.clone(), V0.clone()
+    probe.step_pairs(heads, theta, V, selected, LAM, A, XI, RHO, reset=False)
+    assert torch.allclose(theta, want_theta, rtol=0, atol=1e-12) and torch.allclose(V, want_V, rtol=0, atol=1e-12)
+    theta, V = theta0.clone(), V0.clone()
+    probe.step_pairs(heads, theta, V, selected, LAM, A, XI, RHO, reset=True)
+    assert torch.allclose(V, want_V, rtol=0, atol=1e-12)             # v is kept either way
+    for i in range(n):
+        for j in range(n):
+            if i in selected or j in selected:
+                assert torch.allclose(theta[i, j], want_theta[i, j], rtol=0, atol=1e-12)
+            else:
+                assert not theta[i, j].any()
