@@ -8,9 +8,12 @@ replaced by their plain mean (each its own copy: the code's shared tensor, diffe
 
 Defaults are configs/fpfc_official_fmnist.yaml's setting (20 devices, 4 label-swap clusters, 50% taking part,
 batch 100, lr 0.009 × 0.9 every 5 rounds) at a smaller size, to run in minutes on a CPU: the MLP, 300 training
-images a device (--train), 2 local epochs (--epochs), 30 rounds (--rounds).
+images a device (--train), 2 local epochs (--epochs), 30 rounds (--rounds). `--set KEY=VALUE` adds config
+overrides, e.g. the code's own data and CNN (about 60 s a round each way on one CPU thread):
 
     python bench/probe_fpfc_reset.py [--rounds 30] [--train 300] [--epochs 2] [--seed 0] [--json OUT.json]
+    python bench/probe_fpfc_reset.py --epochs 10 --set data.name=npz data.path=FILE \
+        model=bench/fpfc_official_convnet.py:ConvNet        # FILE from bench/fpfc_official_fmnist_data.py
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from fedclust.algorithms.aggregation import participants
 from fedclust.config import load_config
 from fedclust.data import load_federated
 from fedclust.metrics import adjusted_rand_index
-from fedclust.models import build_model, initial_weights
+from fedclust.models import build_model, initial_weights, model_name
 
 
 def step_pairs(heads, theta, V, selected, lam, a, xi, rho, reset):
@@ -46,7 +49,7 @@ def step_pairs(heads, theta, V, selected, lam, a, xi, rho, reset):
 
 def run(reset: bool, args, cfg, data, names, w0, layout) -> list[dict]:
     n, f = cfg.clients, cfg.fpfc
-    models = [build_model("mlp", data.input_shape, data.num_classes) for _ in range(n)]
+    models = [build_model(model_name(cfg), data.input_shape, data.num_classes) for _ in range(n)]
     for m in models:
         layout.load_into(m, w0)
     P_head = sum(p.numel() for name, p in models[0].named_parameters() if name in names)
@@ -54,6 +57,8 @@ def run(reset: bool, args, cfg, data, names, w0, layout) -> list[dict]:
     x = data.train_x.materialize() if hasattr(data.train_x, "materialize") else data.train_x
     xt = data.test_x.materialize() if hasattr(data.test_x, "materialize") else data.test_x
     N = x.shape[1]
+    have = data.train_counts if data.train_counts is not None else torch.full((n,), N)   # a file's clients differ
+    tests = data.test_counts if data.test_counts is not None else torch.full((n,), xt.shape[1])
 
     def head(m):
         return torch.cat([p.detach().reshape(-1) for name, p in m.named_parameters() if name in names])
@@ -64,7 +69,7 @@ def run(reset: bool, args, cfg, data, names, w0, layout) -> list[dict]:
         active = participants(cfg.seed, t, n, cfg.participation)
         selected = torch.nonzero(active).flatten().tolist()
         old = torch.stack([head(m) for m in models])
-        orders = rng.batch_orders(cfg.seed, t, torch.arange(n), args.epochs, N)
+        orders = rng.batch_orders(cfg.seed, t, torch.arange(n), args.epochs, N, counts=data.train_counts)
         for i in selected:                                          # the code's client(), in turn
             zeta = (old + theta[i] - V[i] / f.rho).mean(dim=0)
             centre, off = {}, 0
@@ -72,8 +77,8 @@ def run(reset: bool, args, cfg, data, names, w0, layout) -> list[dict]:
                 if name in names:
                     centre[name], off = zeta[off:off + p.numel()].view_as(p), off + p.numel()
             for e in range(args.epochs):
-                for s in range(0, N, cfg.train.batch_size):
-                    idx = orders[e, i, s:s + cfg.train.batch_size]
+                for s in range(0, int(have[i]), cfg.train.batch_size):
+                    idx = orders[e, i, s:min(s + cfg.train.batch_size, int(have[i]))]
                     loss = F.cross_entropy(models[i](x[i, idx]), data.train_y[i, idx])
                     grads = torch.autograd.grad(loss, list(models[i].parameters()))
                     with torch.no_grad():
@@ -90,7 +95,8 @@ def run(reset: bool, args, cfg, data, names, w0, layout) -> list[dict]:
         norms = theta.norm(dim=-1)
         labels = fpfc.threshold_labels(norms, f.nu)
         with torch.no_grad():
-            acc = torch.stack([(models[i](xt[i]).argmax(1) == data.test_y[i]).float().mean() for i in range(n)])
+            acc = torch.stack([(models[i](xt[i, :tests[i]]).argmax(1) == data.test_y[i, :tests[i]]).float().mean()
+                               for i in range(n)])
         off_diag = norms[~torch.eye(n, dtype=torch.bool)]
         row = {"round": t, "reset": reset, "groups": int(labels.max()) + 1,
                "ari": adjusted_rand_index(data.clusters.tolist(), labels.tolist()),
@@ -110,13 +116,14 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2, help="local epochs (the code: 10)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default="", help="write every round's numbers here")
+    p.add_argument("--set", nargs="*", default=[], help="more config overrides (KEY=VALUE)")
     args = p.parse_args()
     root = Path(__file__).resolve().parents[1]
     cfg = load_config(str(root / "configs" / "fpfc_official_fmnist.yaml"),
-                      [f"data.train_size={args.train}", f"seed={args.seed}", f"rounds={args.rounds}"])
+                      [f"data.train_size={args.train}", f"seed={args.seed}", f"rounds={args.rounds}", *args.set])
     torch.manual_seed(0)
     data = load_federated(cfg.data, cfg.clients, cfg.seed, list(range(cfg.clients)), device="cpu")
-    layout, w0 = initial_weights("mlp", data.input_shape, data.num_classes, cfg.seed)
+    layout, w0 = initial_weights(model_name(cfg), data.input_shape, data.num_classes, cfg.seed)
     names = fpfc.head_layers(layout)[0]
     rows = run(False, args, cfg, data, names, w0, layout) + run(True, args, cfg, data, names, w0, layout)
     if args.json:
