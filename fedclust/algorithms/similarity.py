@@ -262,7 +262,8 @@ def loss_pool_scores(
     if not bool(valid.any()):
         return scores
     if pool_loss is not None:
-        loss = pool_loss(all_after, _pad_with_first(idx, valid).to(all_after.device))   # as padded_pools.to(device=values.device, dtype=torch.float32)
+        peers = _pad_with_first(idx, valid).to(all_after.device)   # as padded_pools: padding repeats a real peer
+        loss = pool_loss(all_after, peers).to(device=values.device, dtype=torch.float32)
         values[valid] = 1.0 / loss[valid].clamp_min(LOSS_FLOOR)   # padding never written
         return scores
     if pair_loss is None:
