@@ -63,7 +63,7 @@ def build(x_train, y_train, x_test, y_test, devices: int = 20, clusters: int = 4
             xs.append(x[idx])
             ys.append(swap_table(int(cluster[i]))[y[idx]])
             cs.append(np.full(len(idx), i, dtype=np.int64))
-        out[f"x_{name}"] = (np.concatenate(xs).astype(np.float32) / 255.0).astype(np.float32)
+        out[f"x_{name}"] = np.concatenate(xs).astype(np.float32) / np.float32(255.0)
         out[f"y_{name}"] = np.concatenate(ys)
         out[f"client_{name}"] = np.concatenate(cs)
     return out

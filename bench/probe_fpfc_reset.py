@@ -54,8 +54,7 @@ def run(reset: bool, args, cfg, data, names, w0, layout) -> list[dict]:
         layout.load_into(m, w0)
     P_head = sum(p.numel() for name, p in models[0].named_parameters() if name in names)
     theta, V = torch.zeros(n, n, P_head), torch.zeros(n, n, P_head)
-    x = data.train_x.materialize() if hasattr(data.train_x, "materialize") else data.train_x
-    xt = data.test_x.materialize() if hasattr(data.test_x, "materialize") else data.test_x
+    x, xt = data.train_x, data.test_x   # read by index (uint8 images are normalized as read)
     N = x.shape[1]
     have = data.train_counts if data.train_counts is not None else torch.full((n,), N)   # a file's clients differ
     tests = data.test_counts if data.test_counts is not None else torch.full((n,), xt.shape[1])
