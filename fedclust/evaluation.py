@@ -9,12 +9,12 @@ import math
 import numpy as np
 import torch
 
-from fedclust.algorithms.aggregation import neighbor_indices
 from fedclust.data import dataset
 from fedclust.dist import gather_rows
 from fedclust.engine.train import evaluate
 from fedclust.models import model_record
-from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall, row_counts
+from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
+from fedclust.peers import PeerIndex, as_indices, peer_counts
 
 METRICS_PER_CLIENT = 6   # accuracy, loss, precision, recall, models received, most received in a round
 
@@ -48,12 +48,11 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
     cfg, ctx, result, t = s.cfg, s.ctx, outcome.result, state.round
     acc, loss = evaluate(state.flat, s.layout, s.arch, s.data.test_x, s.data.test_y, counts=s.data.test_counts)
     C = len(ctx.client_ids)
-    lists = result.lists if result.lists is not None else torch.zeros(C, s.n, dtype=torch.bool,
-                                                                        device=state.flat.device)
+    lists = result.lists if result.lists is not None else PeerIndex.empty(C, s.n, state.flat.device)
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
     traffic = state.traffic
     extra = extra_accuracies(s, state, acc)
-    sizes = row_counts(lists).double()
+    sizes = peer_counts(lists).double()
     local = torch.stack([acc.double(), loss.double(), precision.double(), recall.double(),
                          traffic.received.double(), traffic.max_round.double(), *extra.values(), sizes], dim=1)
     # The float64 numbers bit for bit, each client's list length last: every rank learns the longest list.
@@ -64,7 +63,7 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
     all_lists = None
     if result.lists is not None:
         longest = int(values[:, -1].max())
-        idx, valid = neighbor_indices(lists)
+        idx, valid = as_indices(lists)
         mine = torch.full((C, longest), -1, dtype=torch.int32, device=lists.device)
         mine[:, :idx.shape[1]] = torch.where(valid, idx, -1).to(torch.int32)
         # the members of every list, padded to the longest (no gather when every list is empty: Local)

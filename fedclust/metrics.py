@@ -1,7 +1,6 @@
 """What is measured (docs/algorithms.md): neighbour precision and recall, cluster
 recovery from the symmetrised neighbour graph (number of components and
-adjusted Rand index against the truth), and the row counts of bool masks they and
-the algorithms take in bounded memory."""
+adjusted Rand index against the truth)."""
 
 from __future__ import annotations
 
@@ -10,40 +9,34 @@ import torch
 from scipy.sparse import csr_matrix
 
 from fedclust.lists import graph_components
-
-ROW_COUNT_CHUNK_ELEMENTS = 2**22   # mask entries row_counts sums at once (32 MB of int64)
-
-
-def row_counts(mask: torch.Tensor) -> torch.Tensor:
-    """``[C]`` int64: the True entries of each row of a bool ``[C, n]`` mask.
-    torch sums a bool tensor through an int64 copy of it (8 bytes an entry,
-    800 MB for 10,000 × 10,000); here a chunk of rows at a time, at most
-    :data:`ROW_COUNT_CHUNK_ELEMENTS` entries."""
-    C, n = mask.shape
-    out = torch.empty(C, dtype=torch.int64, device=mask.device)
-    step = max(1, ROW_COUNT_CHUNK_ELEMENTS // max(n, 1))
-    for lo in range(0, C, step):   # chunks of rows: bounded memory
-        out[lo:lo + step] = mask[lo:lo + step].sum(1)
-    return out
+from fedclust.peers import PeerIndex, row_counts
 
 
-def neighbor_precision_recall(lists: torch.Tensor, clusters: torch.Tensor, client_ids: torch.Tensor):
-    """Per-client precision and recall of bool [C, n] neighbour lists.
+def neighbor_precision_recall(lists, clusters: torch.Tensor, client_ids: torch.Tensor):
+    """Per-client precision and recall of neighbour lists: a bool [C, n]
+    mask or a :class:`fedclust.peers.PeerIndex` (then no [C, n] table is made).
 
     precision_i = |N_i ∩ same_i| / |N_i| (NaN for an empty list);
     recall_i = |N_i ∩ same_i| / |same_i| with same_i the other members of
     i's true cluster (NaN if i is alone in its cluster).  Both NaN for every
     client when the true clusters are not known (``clusters`` None).
     """
+    device = lists.device
     if clusters is None:
-        nan = torch.full((len(client_ids),), float("nan"), dtype=torch.float64, device=lists.device)
+        nan = torch.full((len(client_ids),), float("nan"), dtype=torch.float64, device=device)
         return nan, nan.clone()
-    clusters = clusters.to(lists.device)
-    own = clusters[client_ids.to(lists.device)]
-    same = own[:, None] == clusters[None, :]
-    same[torch.arange(len(client_ids), device=lists.device), client_ids.to(lists.device)] = False
-    hits = row_counts(lists & same).double()
-    size = row_counts(lists).double()
+    clusters = clusters.to(device)
+    ids = client_ids.to(device)
+    own = clusters[ids]
+    if isinstance(lists, PeerIndex):
+        same = (clusters[lists.idx] == own[:, None]) & (lists.idx != ids[:, None])
+        hits = (lists.valid & same).sum(1).double()
+        size = lists.counts().double()
+    else:
+        same = own[:, None] == clusters[None, :]
+        same[torch.arange(len(client_ids), device=device), ids] = False
+        hits = row_counts(lists & same).double()
+        size = row_counts(lists).double()
     peers = (torch.bincount(clusters)[own] - 1).double()   # the other members of the client's cluster
     nan = torch.full_like(hits, float("nan"))
     precision = torch.where(size > 0, hits / size.clamp(min=1), nan)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import zlib
 
+from typing import Callable
+
 import torch
 
 _MASK = 0xFFFFFFFF
@@ -106,6 +108,45 @@ def batch_orders(seed: int, round_: int, clients: torch.Tensor, epochs: int, n: 
 
 
 CHOOSE_CHUNK_ELEMENTS = 2**22   # keys drawn at once by choose_from_mask (32 MB of float64)
+
+
+def choose_indices(
+    seed: int, round_: int, stream: str, clients: torch.Tensor, n: int, k: int,
+    allowed: Callable[[int, int], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw up to k of n items uniformly without replacement per row, as indices.
+
+    Row c draws for client ``clients[c]``: the k allowed items of lowest key
+    ``client_keys(seed, round_, stream, ...)``, never the client itself.
+    ``allowed(lo, hi)`` gives the bool ``[hi - lo, n]`` allowed items of rows
+    lo..hi (None: every other client), so that no ``[C, n]`` mask need
+    exist; rows go in chunks of at most :data:`CHOOSE_CHUNK_ELEMENTS` keys.
+    Returns ``(idx [C, kk], valid [C, kk])``, kk = min(k, n): each row's
+    chosen items in increasing order, then padding (0, valid False) where
+    fewer than k were allowed.  The same items as :func:`choose_from_mask`
+    of the same allowed set.
+    """
+    clients = torch.as_tensor(clients, dtype=torch.int64)
+    C = len(clients)
+    kk = min(k, n)
+    idx = torch.zeros(C, max(kk, 0), dtype=torch.int64, device=clients.device)
+    valid = torch.zeros(C, max(kk, 0), dtype=torch.bool, device=clients.device)
+    if kk <= 0:
+        return idx, valid
+    step = max(1, CHOOSE_CHUNK_ELEMENTS // max(n, 1))
+    for lo in range(0, C, step):   # chunks of rows: bounded memory, each row drawn alone
+        hi = min(C, lo + step)
+        keys = client_keys(seed, round_, stream, clients[lo:hi], n)
+        if allowed is not None:
+            keys = torch.where(allowed(lo, hi).to(keys.device), keys, torch.full_like(keys, 2.0))  # sort last
+        keys[torch.arange(hi - lo, device=keys.device), clients[lo:hi]] = 2.0   # never the client itself
+        low, top = torch.topk(keys, kk, dim=1, largest=False)
+        ok = low < 2.0
+        top = torch.where(ok, top, torch.full_like(top, n))      # padding after every item
+        top = torch.sort(top, dim=1).values
+        valid[lo:hi] = top < n
+        idx[lo:hi] = torch.where(top < n, top, torch.zeros_like(top))
+    return idx, valid
 
 
 def choose_from_mask(

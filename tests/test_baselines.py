@@ -10,8 +10,8 @@ from fedclust.algorithms.local import Local
 from fedclust.algorithms.oracle import Oracle
 from fedclust.algorithms.random_peers import RandomPeers
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, neighbor_precision_recall
-from fedclust.algorithms.aggregation import (SPARSE_GOSSIP_MIN_CLIENTS, gossip, gossip_path, mixing_matrix,
-                                             neighbor_indices)
+from fedclust.algorithms.aggregation import SPARSE_GOSSIP_MIN_CLIENTS, gossip, gossip_path, mixing_matrix
+from fedclust.peers import PeerIndex, as_mask, mask_indices
 
 
 def make_ctx(n=12, ids=None, clusters=None, seed=3):
@@ -29,8 +29,7 @@ def view(t, n=12):
 def test_random_draws_k_others_and_changes_each_round():
     ctx, algo = make_ctx(), RandomPeers(k=3)
     state = algo.init(ctx)
-    _, m1 = algo.select(state, ctx, view(1))
-    _, m2 = algo.select(state, ctx, view(2))
+    m1, m2 = (as_mask(algo.select(state, ctx, view(t))[1]) for t in (1, 2))
     assert (m1.sum(1) == 3).all() and not m1.diagonal().any()
     assert not torch.equal(m1, m2)
 
@@ -38,27 +37,27 @@ def test_random_draws_k_others_and_changes_each_round():
 def test_fixtopology_keeps_its_draw():
     ctx, algo = make_ctx(), FixTopology(k=3)
     state = algo.init(ctx)
-    _, m1 = algo.select(state, ctx, view(1))
-    _, m2 = algo.select(state, ctx, view(7))
+    m1, m2 = (as_mask(algo.select(state, ctx, view(t))[1]) for t in (1, 7))
     assert torch.equal(m1, m2) and (m1.sum(1) == 3).all() and not m1.diagonal().any()
 
 
 def test_oracle_only_same_cluster():
     ctx, algo = make_ctx(), Oracle(k=4)
     state = algo.init(ctx)
-    _, m = algo.select(state, ctx, view(1))
-    cl = ctx.clusters
+    _, chosen = algo.select(state, ctx, view(1))
+    m, cl = as_mask(chosen), ctx.clusters
     assert (m.sum(1) == 4).all()
     assert (cl[m.nonzero()[:, 0]] == cl[m.nonzero()[:, 1]]).all()
-    p, r = neighbor_precision_recall(m, cl, ctx.client_ids)
-    assert torch.allclose(p, torch.ones(12, dtype=torch.float64))
-    assert torch.allclose(r, torch.full((12,), 4 / 5, dtype=torch.float64))
+    for lists in (m, chosen):   # the mask and the index lists score the same
+        p, r = neighbor_precision_recall(lists, cl, ctx.client_ids)
+        assert torch.allclose(p, torch.ones(12, dtype=torch.float64))
+        assert torch.allclose(r, torch.full((12,), 4 / 5, dtype=torch.float64))
 
 
 def test_oracle_fewer_peers_than_k_takes_all():
     ctx = make_ctx(n=6, clusters=torch.tensor([0, 0, 1, 1, 1, 1]))
     algo = Oracle(k=4)
-    _, m = algo.select(algo.init(ctx), ctx, view(1, 6))
+    m = as_mask(algo.select(algo.init(ctx), ctx, view(1, 6))[1])
     assert m[0].tolist() == [False, True, False, False, False, False]
     assert m[2].sum() == 3
 
@@ -67,18 +66,18 @@ def test_oracle_fewer_peers_than_k_takes_all():
 def test_draws_do_not_depend_on_sharding(algo):
     """Rows computed for all clients equal rows computed for two shards."""
     full_ctx = make_ctx()
-    _, full = algo.select(algo.init(full_ctx), full_ctx, view(4))
+    full = as_mask(algo.select(algo.init(full_ctx), full_ctx, view(4))[1])
     parts = []
     for ids in (range(0, 5), range(5, 12)):
         ctx = make_ctx(ids=list(ids))
-        parts.append(algo.select(algo.init(ctx), ctx, view(4))[1])
+        parts.append(as_mask(algo.select(algo.init(ctx), ctx, view(4))[1]))
     assert torch.equal(full, torch.cat(parts))
 
 
 def test_local_never_averages():
     ctx = make_ctx()
     _, m = Local().select(None, ctx, view(1))
-    assert not m.any()
+    assert m.shape == (12, 12) and not as_mask(m).any()
 
 
 def test_mixing_matrix_by_hand():
@@ -89,23 +88,24 @@ def test_mixing_matrix_by_hand():
     assert torch.allclose(m, expected)
     w = torch.tensor([[3.0, 0.0], [6.0, 3.0], [0.0, 9.0]])
     for path in ("dense", "sparse"):
-        assert torch.allclose(gossip(nb, self_mask, w, path), torch.tensor([[3.0, 4.0], [6.0, 3.0], [1.5, 4.5]]))
+        for choice in (nb, PeerIndex.from_mask(nb)):
+            assert torch.allclose(gossip(choice, torch.arange(3), w, path),
+                                  torch.tensor([[3.0, 4.0], [6.0, 3.0], [1.5, 4.5]]))
 
 
 def test_gossip_for_a_shard_uses_global_columns():
     """Rows of a shard (clients 2,3 of 4) average with global models."""
     nb = torch.tensor([[True, False, False, False], [False, False, True, False]])
-    self_mask = torch.zeros(2, 4, dtype=torch.bool)
-    self_mask[0, 2] = self_mask[1, 3] = True
     w = torch.arange(4.0)[:, None]
     for path in ("dense", "sparse"):
-        out = gossip(nb, self_mask, w, path)
-        assert out.flatten().tolist() == [1.0, 2.5]  # (2+0)/2, (3+2)/2
+        for choice in (nb, PeerIndex.from_mask(nb)):
+            out = gossip(choice, torch.tensor([2, 3]), w, path)
+            assert out.flatten().tolist() == [1.0, 2.5]  # (2+0)/2, (3+2)/2
 
 
-def test_neighbor_indices_by_hand():
+def test_mask_indices_by_hand():
     mask = torch.tensor([[False, True, False, True], [False, False, False, False], [True, True, True, False]])
-    idx, valid = neighbor_indices(mask)
+    idx, valid = mask_indices(mask)
     assert valid.tolist() == [[True, True, False], [False, False, False], [True, True, True]]
     assert idx[valid].tolist() == [1, 3, 0, 1, 2]
 
@@ -116,15 +116,16 @@ def test_sparse_gossip_equals_the_mixing_matrix_product_and_a_shards_rows_equal_
     w = torch.randn(n, P, generator=g)
     nb = torch.rand(n, n, generator=g) < torch.rand(n, 1, generator=g) * 0.3     # rows of 0 to ~12 peers
     nb[5] = False                                                                 # one client alone
-    eye = torch.eye(n, dtype=torch.bool)
-    whole = gossip(nb, eye, w, "sparse")
-    assert torch.allclose(whole, gossip(nb, eye, w, "dense"), atol=1e-6)
+    eye, ids = torch.eye(n, dtype=torch.bool), torch.arange(n)
+    whole = gossip(nb, ids, w, "sparse")
+    assert torch.allclose(whole, gossip(nb, ids, w, "dense"), atol=1e-6)
+    assert torch.equal(gossip(PeerIndex.from_mask(nb & ~eye), ids, w, "sparse"), whole)   # the index form: same bits
     assert torch.equal(whole[5], w[5])
     members = (nb & ~eye) | eye                                                  # the plain definition
     for c in (0, 17, 39):
         assert torch.allclose(whole[c], w[members[c]].mean(0), atol=1e-6)
     for lo, hi in ((0, 13), (13, 40)):                                            # two ranks' shards
-        assert torch.equal(gossip(nb[lo:hi], eye[lo:hi], w, "sparse"), whole[lo:hi])
+        assert torch.equal(gossip(nb[lo:hi], ids[lo:hi], w, "sparse"), whole[lo:hi])
     assert gossip_path(SPARSE_GOSSIP_MIN_CLIENTS - 1) == "dense" and gossip_path(SPARSE_GOSSIP_MIN_CLIENTS) == "sparse"
 
 
@@ -152,3 +153,15 @@ def test_cluster_recovery_from_directed_lists():
     adj[3, 4] = adj[5, 3] = True
     rec = cluster_recovery(adj, [0, 0, 0, 1, 1, 1])
     assert rec == {"num_clusters": 2, "ari": pytest.approx(1.0)}
+
+
+def test_fixtopology_keeps_index_lists_and_resumes_from_a_mask_checkpoint():
+    """Its state is [C, k] indices; a checkpoint of the earlier form (the [C, n] bool mask) loads to the same."""
+    ctx, algo = make_ctx(), FixTopology(k=3)
+    state = algo.init(ctx)
+    assert state.peers.shape == (12, 3) and state.peers.dtype == torch.int64
+    mask = as_mask(algo.select(state, ctx, view(1))[1])
+    old = algo.load_state_dict(ctx, {"clients": {"peers": mask}, "server": {}})
+    assert torch.equal(old.peers, state.peers)
+    again = algo.load_state_dict(ctx, algo.state_dict(state))
+    assert torch.equal(again.peers, state.peers)

@@ -65,12 +65,14 @@ def test_law_by_hand():
     assert lw["gather_bytes"] == 1000 * (mlp + 2) * 4
     d = (200 + 100) * (784 * 1 + 8)   # Fashion-MNIST images kept as uint8 (1 byte a pixel), labels int64
     assert lw["data_bytes_per_client"] == d
-    assert lw["memory_bytes"] == 100 + 500 * d + 2 * 500 * mlp * 4 + 500 * 1000 * 8 + 2 * 1000 * (mlp + 2) * 4
+    # Random chooses by index lists: no [C, n] masks
+    assert lw["memory_bytes"] == 100 + 500 * d + 2 * 500 * mlp * 4 + 2 * 1000 * (mlp + 2) * 4
     assert bench_scale.law(cfg, 1)["gather_bytes"] == 0
     panm = load_config("configs/fmnist_rotation2.yaml", ["clients=1000", "data.share_images=true"])
     assert bench_scale.law(panm, 2)["columns"] == 2 * mlp + 2
     # ... whose copy from before training is dropped before the gossip makes the new models: two [C, P] at most
     # (plus its similarity's pieces: update, distance from w0 and their squares, [n, 16,384] float32 each)
+    # (PANM chooses by bool [C, n] masks, 8 bytes an entry)
     assert bench_scale.law(panm, 1)["memory_bytes"] == (1000 * d + 2 * 1000 * mlp * 4 + 1000 * 1000 * 8
                                                         + 4 * 1000 * 16384 * 4)
 

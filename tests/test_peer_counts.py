@@ -93,15 +93,15 @@ def test_state_an_earlier_version_kept_is_dropped_and_unknown_state_refused():
 
 
 def test_row_counts_in_chunks_equal_the_sum(monkeypatch):
-    from fedclust import metrics
+    from fedclust import peers
 
     g = torch.Generator().manual_seed(3)
     mask = torch.rand(37, 11, generator=g) < 0.3
     want = mask.sum(1)
     for chunk in (1, 11, 50, 2**22):   # one row at a time, a row per chunk, several rows, all at once
-        monkeypatch.setattr(metrics, "ROW_COUNT_CHUNK_ELEMENTS", chunk)
-        assert torch.equal(metrics.row_counts(mask), want)
-    assert metrics.row_counts(torch.zeros(0, 5, dtype=torch.bool)).shape == (0,)
+        monkeypatch.setattr(peers, "ROW_COUNT_CHUNK_ELEMENTS", chunk)
+        assert torch.equal(peers.row_counts(mask), want)
+    assert peers.row_counts(torch.zeros(0, 5, dtype=torch.bool)).shape == (0,)
 
 
 def test_masks_packed_eight_columns_a_byte_for_checkpoints():

@@ -141,8 +141,8 @@ def test_every_registered_algorithm_runs_on_two_processes_as_on_one(tmp_path, na
 LAYERS = [
     {"fedclust.errors", "fedclust.rng", "fedclust.importing", "fedclust.lists", "fedclust.__version__"},
     {"fedclust.schema"},
-    {"fedclust.data", "fedclust.engine", "fedclust.models", "fedclust.dist", "fedclust.metrics", "fedclust.theory",
-     "fedclust.progress"},
+    {"fedclust.data", "fedclust.engine", "fedclust.models", "fedclust.dist", "fedclust.metrics", "fedclust.peers",
+     "fedclust.theory", "fedclust.progress"},
     {"fedclust.algorithms"},
     {"fedclust.config", "fedclust.outputs", "fedclust.figures", "fedclust.report", "fedclust.checkpoint",
      "fedclust.tracking", "fedclust.evaluation", "fedclust.stopping"},

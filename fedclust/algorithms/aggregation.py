@@ -10,7 +10,7 @@ import math
 import torch
 
 from fedclust import rng
-from fedclust.metrics import row_counts
+from fedclust.peers import PeerIndex, as_indices, mask_indices
 
 
 def mixing_matrix(neighbors: torch.Tensor, self_mask: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -31,66 +31,61 @@ def gossip_path(n: int) -> str:
     return "sparse" if n >= SPARSE_GOSSIP_MIN_CLIENTS else "dense"
 
 
-def gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: torch.Tensor,
-           path: str | None = None) -> torch.Tensor:
+def own_mask(own_ids: torch.Tensor, n: int) -> torch.Tensor:
+    """Bool ``[C, n]`` True at each row's own client ``own_ids[c]``."""
+    m = torch.zeros(len(own_ids), n, dtype=torch.bool, device=own_ids.device)
+    m[torch.arange(len(own_ids), device=own_ids.device), own_ids] = True
+    return m
+
+
+def gossip(neighbors, own_ids: torch.Tensor, all_models: torch.Tensor, path: str | None = None) -> torch.Tensor:
     """[C, P] averaged models of this rank's clients from all [n, P] models:
-    each client's own model and its neighbours', equally weighted
-    (:func:`mixing_matrix`).  ``path``: :func:`gossip_path` of n by default."""
-    if (path or gossip_path(neighbors.shape[1])) == "dense":
-        return mixing_matrix(neighbors, self_mask, all_models.dtype) @ all_models
-    return sparse_gossip(neighbors, self_mask, all_models)
-
-
-def neighbor_indices(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(idx [C, m], valid [C, m]) of a bool [C, n] mask: row c's True columns
-    in increasing order, padded to the longest row's m (valid False there)."""
-    C = mask.shape[0]
-    counts = row_counts(mask)
-    m = int(counts.max()) if C else 0
-    rows, cols = mask.nonzero(as_tuple=True)                    # row-major: each row's columns ascending
-    starts = counts.cumsum(0) - counts
-    pos = torch.arange(len(rows), device=mask.device) - starts[rows]
-    idx = torch.zeros(C, m, dtype=torch.long, device=mask.device)
-    valid = torch.zeros(C, m, dtype=torch.bool, device=mask.device)
-    idx[rows, pos] = cols
-    valid[rows, pos] = True
-    return idx, valid
+    each client's own model (row ``own_ids[c]``) and its neighbours', equally
+    weighted (:func:`mixing_matrix`).  ``neighbors``: a bool [C, n] mask or a
+    :class:`fedclust.peers.PeerIndex`.  ``path``: :func:`gossip_path` of n by default."""
+    own_ids = own_ids.to(device=all_models.device, dtype=torch.long)
+    n = all_models.shape[0]
+    if (path or gossip_path(n)) == "dense":
+        mask = neighbors.mask() if isinstance(neighbors, PeerIndex) else neighbors
+        return mixing_matrix(mask, own_mask(own_ids, n), all_models.dtype) @ all_models
+    return sparse_gossip(neighbors, own_ids, all_models)
 
 
 def indices_mask(idx: torch.Tensor, keep: torch.Tensor, n: int) -> torch.Tensor:
     """Bool ``[C, n]`` True at ``idx[c, s]`` where ``keep[c, s]``: the inverse
-    of :func:`neighbor_indices` (entries not kept, padding included, set nothing)."""
-    out = torch.zeros(idx.shape[0], n, dtype=torch.bool, device=idx.device)
-    rows = torch.arange(idx.shape[0], device=idx.device)[:, None].expand_as(idx)
-    out[rows[keep], idx[keep]] = True
-    return out
+    of :func:`fedclust.peers.mask_indices` (entries not kept, padding included, set nothing)."""
+    return PeerIndex(idx, keep, n).mask()
 
 
-def gossip_bags(neighbors: torch.Tensor, self_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gossip_bags(neighbors, own_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(bags, offsets) of :func:`sparse_gossip`: each client's own row, then
-    its neighbours' by increasing index, as one flat ``embedding_bag`` input."""
-    own_rows = self_mask.nonzero(as_tuple=True)[1]
-    idx, valid = neighbor_indices(neighbors & ~self_mask)
-    bags = torch.cat([own_rows[:, None], idx], dim=1)[torch.cat([torch.ones_like(valid[:, :1]), valid], dim=1)]
+    its neighbours' by increasing index (the row's own client left out), as
+    one flat ``embedding_bag`` input."""
+    idx, valid = as_indices(neighbors)
+    own_ids = own_ids.to(device=idx.device, dtype=torch.long)
+    valid = valid & (idx != own_ids[:, None])
+    bags = torch.cat([own_ids[:, None], idx], dim=1)[torch.cat([torch.ones_like(valid[:, :1]), valid], dim=1)]
     offsets = (valid.sum(1) + 1).cumsum(0) - (valid.sum(1) + 1)
     return bags, offsets
 
 
-def sparse_gossip(neighbors: torch.Tensor, self_mask: torch.Tensor, all_models: torch.Tensor) -> torch.Tensor:
+def sparse_gossip(neighbors, own_ids: torch.Tensor, all_models: torch.Tensor) -> torch.Tensor:
     """:func:`gossip` by index: the mean of a client's own row and its
     neighbours' rows (own first, then neighbours by increasing index), one
     ``embedding_bag`` pass over just those rows; no [C, n] float matrix."""
-    bags, offsets = gossip_bags(neighbors, self_mask)
+    bags, offsets = gossip_bags(neighbors, own_ids)
+    bags, offsets = bags.to(all_models.device), offsets.to(all_models.device)
     return torch.nn.functional.embedding_bag(bags, all_models, offsets, mode="mean")
 
 
-def gossip_columns(neighbors: torch.Tensor, self_mask: torch.Tensor, exchange) -> torch.Tensor:
+def gossip_columns(neighbors, own_ids: torch.Tensor, exchange) -> torch.Tensor:
     """:func:`sparse_gossip` over an exchange in column blocks
     (:class:`fedclust.dist.ColumnBlocks`): each block of the output is the
     same mean of the same rows, column for column, so the result equals
     :func:`sparse_gossip` of the whole models bit for bit."""
-    bags, offsets = gossip_bags(neighbors, self_mask)
+    bags, offsets = gossip_bags(neighbors, own_ids)
     out = exchange.parts["after"].new_empty(len(offsets), exchange.width)
+    bags, offsets = bags.to(out.device), offsets.to(out.device)
     for start, stop, cols in exchange.blocks(("after",)):   # column blocks: one gather each
         out[:, start:stop] = torch.nn.functional.embedding_bag(bags, cols["after"], offsets, mode="mean")
     return out

@@ -6,9 +6,10 @@ Peer-to-peer ones (:class:`PeerAlgorithm`) choose, for each of this rank's
 clients, whom to average with; the base turns that choice into one
 mixing-matrix product over the gathered weights (docs/algorithms.md).
 
-Neighbour sets are bool masks ``[C, n]``: row c is this rank's client
-``ctx.client_ids[c]``, column j is global client j.  Never True on the
-diagonal (a client is never its own neighbour).
+Neighbour sets are bool masks ``[C, n]`` (row c is this rank's client
+``ctx.client_ids[c]``, column j is global client j) or, for a choice of a
+few peers each, :class:`fedclust.peers.PeerIndex` index lists (C·k numbers,
+no [C, n] table).  A client is never its own neighbour.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Callable, ClassVar
 import torch
 
 from fedclust.algorithms.aggregation import gossip, gossip_columns, own
-from fedclust.metrics import row_counts
+from fedclust.peers import PeerIndex, as_mask, peer_counts
 from fedclust.errors import ConfigError
 
 
@@ -100,8 +101,8 @@ class RoundResult:
     with), and what the metrics need."""
 
     models: torch.Tensor                        # [C, P] each own client's model after the round
-    lists: torch.Tensor | None = None           # [C, n] bool neighbour lists (peer-to-peer) for precision/recall
-    averaged: torch.Tensor | None = None        # [C, n] bool whom each own client averaged with this round
+    lists: Any = None         # neighbour lists (peer-to-peer) for precision/recall: [C, n] bool or a PeerIndex
+    averaged: Any = None      # whom each own client averaged with this round: [C, n] bool or a PeerIndex
     assignment: torch.Tensor | None = None      # [n] long cluster of every client (centralized), replicated
     received: torch.Tensor | None = None        # [C] models each own client received this round
     server_received: int = 0                    # models the server received this round (0: no server)
@@ -186,6 +187,10 @@ class Algorithm:
       in column blocks (``view.columns``, config ``exchange_mb``), never
       needing a whole model of another client.
     - ``topology``: "peer" (clients average with peers) or "server".
+    - ``choice_masks``: its round's neighbour choice holds bool ``[C, n]``
+      masks (PANM, PENS: lists that may hold a whole cluster); False for
+      index lists of a few peers (:class:`fedclust.peers.PeerIndex`) or
+      none.  The growth law of ``fedclust bench-scale`` reads it.
     - ``stage_one_figures``: stage-one similarity and precision figures apply.
     - ``paper_results``: ``{(data, cluster kind or None, clusters): (mean, std)}``
       accuracy a paper reports, and ``report_position``, its row in
@@ -206,6 +211,7 @@ class Algorithm:
     gathers_before: bool = False
     column_exchange: ClassVar[bool] = False
     topology: ClassVar[str] = "server"
+    choice_masks: ClassVar[bool] = False
     stage_one_figures: ClassVar[bool] = False
     paper_results: ClassVar[dict] = {}
     report_position: ClassVar[float] = 1000.0   # where fedclust report's table lists it (lower first)
@@ -314,14 +320,16 @@ class PeerAlgorithm(Algorithm):
     similarity it computes (:meth:`contacted`)."""
 
     topology: ClassVar[str] = "peer"
+    choice_masks: ClassVar[bool] = True   # a select that returns a PeerIndex sets False
     column_exchange = True   # the gossip average is column by column; a select reading whole models sets False
 
-    def select(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, torch.Tensor]:
-        """New state and the bool [C, n] mask of whom each client averages with this round."""
+    def select(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, Any]:
+        """New state and whom each client averages with this round: a bool [C, n]
+        mask, or a :class:`fedclust.peers.PeerIndex` (no [C, n] table)."""
         raise NotImplementedError(f"{type(self).__name__} must define select")
 
-    def neighbor_list(self, state: Any, averaged: torch.Tensor) -> torch.Tensor:
-        """The bool [C, n] neighbour list scored by precision and recall; default: this round's ``averaged``."""
+    def neighbor_list(self, state: Any, averaged: Any) -> Any:
+        """The neighbour list scored by precision and recall (either form); default: this round's ``averaged``."""
         return averaged
 
     def contacted(self, state: Any, round_: int) -> torch.Tensor | None:
@@ -332,15 +340,17 @@ class PeerAlgorithm(Algorithm):
     def aggregate(self, state: Any, ctx: Context, view: RoundView):
         state, averaged = self.select(state, ctx, view)
         view.drop_before()
-        contacted = averaged
         extra = self.contacted(state, view.round)
-        if extra is not None:
-            contacted = contacted | extra
-        contacted = contacted & ~ctx.self_mask
+        if extra is None and isinstance(averaged, PeerIndex):
+            received = averaged.counts()   # index lists never hold the client itself
+        else:
+            contacted = as_mask(averaged) if extra is None else as_mask(averaged) | extra
+            received = peer_counts(contacted & ~ctx.self_mask)
+        own_ids = ctx.client_ids
         return state, RoundResult(
-            models=(gossip(averaged, ctx.self_mask, view.all_after) if view.columns is None
-                    else gossip_columns(averaged, ctx.self_mask, view.columns)),
+            models=(gossip(averaged, own_ids, view.all_after) if view.columns is None
+                    else gossip_columns(averaged, own_ids, view.columns)),
             lists=self.neighbor_list(state, averaged),
             averaged=averaged,
-            received=row_counts(contacted),
+            received=received,
         )

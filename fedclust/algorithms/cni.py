@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.aggregation import indices_mask, neighbor_indices
+from fedclust.algorithms.aggregation import indices_mask
+from fedclust.peers import mask_indices
 
 
 def top_k_in_mask(similarity: torch.Tensor, allowed: torch.Tensor, k: int) -> torch.Tensor:
@@ -25,7 +26,7 @@ def top_k_in_mask(similarity: torch.Tensor, allowed: torch.Tensor, k: int) -> to
     C, n = allowed.shape
     if min(k, n) <= 0 or C == 0:
         return torch.zeros_like(allowed)
-    idx, valid = neighbor_indices(allowed)                   # [C, m], columns ascending
+    idx, valid = mask_indices(allowed)                   # [C, m], columns ascending
     return top_k_of_pool(similarity.gather(1, idx), idx, valid, k, n)
 
 

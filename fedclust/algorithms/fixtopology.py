@@ -10,11 +10,12 @@ import torch
 from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
 from fedclust.algorithms.registry import register
+from fedclust.peers import PeerIndex, mask_indices
 
 
 @dataclass
 class FixTopologyState:
-    peers: torch.Tensor = client_rows()   # [C, n] bool: the k peers drawn once
+    peers: torch.Tensor = client_rows()   # [C, k] int64: the k peers drawn once, each row ascending
 
 
 @register
@@ -24,6 +25,7 @@ class FixTopology(PeerAlgorithm):
     name = "fixtopology"
     report_position = 1
     needs_k = True
+    choice_masks = False   # its choice is k index lists a client (fedclust.peers.PeerIndex)
     paper_results = {("fmnist", "rotation", 2): (85.86, 0.17)}
 
     @classmethod
@@ -31,7 +33,14 @@ class FixTopology(PeerAlgorithm):
         return cls(k=cfg.algorithm.k)
 
     def init(self, ctx: Context) -> FixTopologyState:
-        return FixTopologyState(rng.choose_from_mask(ctx.seed, 0, "fixed", ctx.client_ids, ~ctx.self_mask, self.k))
+        idx, _ = rng.choose_indices(ctx.seed, 0, "fixed", ctx.client_ids.to(ctx.device), ctx.n, self.k)
+        return FixTopologyState(idx)   # k < n (checked), so every row has k peers
 
     def select(self, state: FixTopologyState, ctx: Context, view: RoundView):
-        return state, state.peers
+        return state, PeerIndex(state.peers, torch.ones_like(state.peers, dtype=torch.bool), ctx.n)
+
+    def load_state_dict(self, ctx: Context, saved: dict) -> FixTopologyState:
+        peers = saved["clients"]["peers"]
+        if peers.dtype == torch.bool:   # a checkpoint of an earlier version: the [C, n] mask of the same peers
+            peers = mask_indices(peers)[0]
+        return FixTopologyState(peers)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.aggregation import indices_mask, neighbor_indices
+from fedclust.algorithms.aggregation import indices_mask
+from fedclust.peers import mask_indices
 
 MAX_EM_STEPS = 100
 VAR_FLOOR_REL = 1e-3    # variance floor: this share of the row's overall variance ...
@@ -133,7 +134,7 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
     """
     pool = cand | sample
     if isinstance(similarity, torch.Tensor):
-        idx, valid = neighbor_indices(pool)   # padding points at column 0: read only where valid
+        idx, valid = mask_indices(pool)   # padding points at column 0: read only where valid
         values = similarity.gather(1, idx)
     else:                                     # PoolScores on this pool: its columns are the same idx
         idx, valid, values = similarity.idx, similarity.valid, similarity.values

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import torch
-
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
 from fedclust.algorithms.registry import register
+from fedclust.peers import PeerIndex
 
 
 @register
 class Local(PeerAlgorithm):
     name = "local"
     report_position = 0
+    choice_masks = False
     paper_results = {("fmnist", "rotation", 2): (76.24, 0.22), ("synthetic", None, 4): (84.97, 0.06)}
 
     @classmethod
@@ -19,4 +19,4 @@ class Local(PeerAlgorithm):
         return cls()
 
     def select(self, state, ctx: Context, view: RoundView):
-        return state, torch.zeros(len(ctx.client_ids), ctx.n, dtype=torch.bool, device=ctx.device)
+        return state, PeerIndex.empty(len(ctx.client_ids), ctx.n, ctx.device)

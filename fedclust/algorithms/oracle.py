@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
 from fedclust.algorithms.registry import register
 from fedclust.data import registry as data_registry
 from fedclust.errors import ConfigError
+from fedclust.peers import PeerIndex
 
 
-def same_cluster_mask(ctx: Context) -> torch.Tensor:
-    """[C, n] True for the row's true same-cluster peers (itself excluded)."""
+def same_cluster_rows(ctx: Context):
+    """``allowed(lo, hi)`` of :func:`fedclust.rng.choose_indices`: bool ``[hi - lo, n]``, True for
+    rows lo..hi's true same-cluster peers (the client itself is left out by the draw)."""
     clusters = ctx.clusters.to(ctx.device)
     own = clusters[ctx.client_ids.to(ctx.device)]
-    return (own[:, None] == clusters[None, :]) & ~ctx.self_mask
+    return lambda lo, hi: own[lo:hi, None] == clusters[None, :]
 
 
 @register
@@ -28,6 +28,7 @@ class Oracle(PeerAlgorithm):
     name = "oracle"
     report_position = 3
     needs_k = True
+    choice_masks = False   # its choice is k index lists a client (fedclust.peers.PeerIndex)
     paper_results = {("fmnist", "rotation", 2): (87.01, 0.26)}
 
     @classmethod
@@ -46,5 +47,6 @@ class Oracle(PeerAlgorithm):
 
     def select(self, state: None, ctx: Context, view: RoundView):
         """Stateless: the true same-cluster peers are read from ``ctx.clusters`` each round (no [C, n] state)."""
-        return state, rng.choose_from_mask(ctx.seed, view.round, "neighbors", ctx.client_ids,
-                                           same_cluster_mask(ctx), self.k)
+        ids = ctx.client_ids.to(ctx.device)
+        return state, PeerIndex(*rng.choose_indices(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k,
+                                                    same_cluster_rows(ctx)), ctx.n)

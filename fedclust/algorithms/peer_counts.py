@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fedclust.algorithms.aggregation import neighbor_indices
+from fedclust.peers import as_indices, mask_indices
 
 _LAST = torch.iinfo(torch.int64).max   # sorts after every peer
 
@@ -25,7 +25,7 @@ def empty_counts(rows: int, width: int = 0, device=None) -> tuple[torch.Tensor, 
 def add_counts(peers: torch.Tensor, counts: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor,
                width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Count once more each ``idx[c, s]`` where ``valid[c, s]`` (a row's valid
-    entries distinct, e.g. :func:`neighbor_indices` of a mask): the lists
+    entries distinct, e.g. :func:`mask_indices` of a mask): the lists
     merged row by row.  The result is as wide as the row with the most peers
     needs, or exactly ``width`` (a fixed width, the same on every rank, for a
     state that checkpoints gather); ValueError if a row needs more."""
@@ -52,10 +52,10 @@ def add_counts(peers: torch.Tensor, counts: torch.Tensor, idx: torch.Tensor, val
     return out_peers[:, :need].contiguous(), out_counts[:, :need].contiguous()
 
 
-def add_mask(peers: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor,
+def add_mask(peers: torch.Tensor, counts: torch.Tensor, mask,
              width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`add_counts` of the True entries of a bool ``[C, n]`` mask."""
-    idx, valid = neighbor_indices(mask)
+    """:func:`add_counts` of the True entries of a bool ``[C, n]`` mask (or a :class:`fedclust.peers.PeerIndex`)."""
+    idx, valid = as_indices(mask)
     return add_counts(peers, counts, idx, valid, width)
 
 
@@ -80,7 +80,7 @@ def counted_more_than(peers: torch.Tensor, counts: torch.Tensor, threshold: int,
 def from_matrix(table: torch.Tensor, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The lists of a ``[C, n]`` table of counts (checkpoints of earlier
     versions hold the table): its nonzero entries, row by row."""
-    idx, valid = neighbor_indices(table != 0)
+    idx, valid = mask_indices(table != 0)
     peers = torch.where(valid, idx, torch.full_like(idx, -1))
     counts = torch.where(valid, table.gather(1, idx), torch.zeros_like(idx)).to(torch.int32)
     w = peers.shape[1]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
 from fedclust.algorithms.registry import register
+from fedclust.peers import PeerIndex
 
 
 @register
@@ -17,6 +18,7 @@ class RandomPeers(PeerAlgorithm):
     name = "random"
     report_position = 2
     needs_k = True
+    choice_masks = False   # its choice is k index lists a client (fedclust.peers.PeerIndex)
     paper_results = {("fmnist", "rotation", 2): (85.94, 0.27)}
 
     @classmethod
@@ -24,4 +26,5 @@ class RandomPeers(PeerAlgorithm):
         return cls(k=cfg.algorithm.k)
 
     def select(self, state, ctx: Context, view: RoundView):
-        return state, rng.choose_from_mask(ctx.seed, view.round, "neighbors", ctx.client_ids, ~ctx.self_mask, self.k)
+        ids = ctx.client_ids.to(ctx.device)
+        return state, PeerIndex(*rng.choose_indices(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k), ctx.n)

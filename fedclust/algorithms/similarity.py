@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from fedclust.algorithms.aggregation import neighbor_indices
+from fedclust.peers import mask_indices
 
 EPS = 1e-12
 NOT_COMPUTED = float("-inf")   # loss_similarity's value where no pair was evaluated
@@ -38,7 +38,7 @@ PAIR_CHUNK_ELEMENTS = 2**26    # models per pair_loss call: at most this many we
 class PoolScores:
     """A round's similarities where they were asked for, C·m numbers instead
     of C·n: ``values [C, m]`` at columns ``idx [C, m]`` (each row's pool in
-    increasing order, :func:`neighbor_indices`; ``valid`` False in the
+    increasing order, :func:`mask_indices`; ``valid`` False in the
     padding, whose values mean nothing), and client 0's whole row where the
     similarity computed it (``row0 [n]``: PANMGrad, on the rank that holds
     client 0; else None)."""
@@ -51,7 +51,7 @@ class PoolScores:
     @classmethod
     def from_matrix(cls, sim: torch.Tensor, pool: torch.Tensor, row0: torch.Tensor | None = None) -> "PoolScores":
         """The scores of a ``[C, n]`` similarity on ``pool``."""
-        idx, valid = neighbor_indices(pool)
+        idx, valid = mask_indices(pool)
         return cls(idx, valid, sim.gather(1, idx), row0)
 
     def with_values(self, values: torch.Tensor) -> "PoolScores":
@@ -199,7 +199,7 @@ def grad_pool_scores(blocks, n: int, w0: torch.Tensor, alpha: float, pool: torch
     nu, nw = sq_u.sqrt().clamp_min(EPS), sq_w.sqrt().clamp_min(EPS)
     me = own_idx[rows]
     cos = (dot_u / (nu[me] * nu[cols])).mul_(alpha).add_(dot_w / (nw[me] * nw[cols]), alpha=1.0 - alpha)
-    idx, valid = neighbor_indices(pool.to(device))   # the CSR pattern's order: row by row, columns ascending
+    idx, valid = mask_indices(pool.to(device))   # the CSR pattern's order: row by row, columns ascending
     values = w0.new_full(idx.shape, math.nan)
     values[rows, _row_positions(rows, C)] = cos
     full_values = None
@@ -215,7 +215,7 @@ def padded_pools(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(peers [C, m], valid [C, m])`` of a ``[C, n]`` bool mask: row c's
     True columns in ascending order, padded to the longest row ``m`` with
     the row's first True column (or 0); ``valid`` marks the real entries."""
-    idx, valid = neighbor_indices(mask)
+    idx, valid = mask_indices(mask)
     return _pad_with_first(idx, valid), valid
 
 
@@ -256,7 +256,7 @@ def loss_pool_scores(
     ``local_index``, called on chunks of at most ``chunk`` pairs (default:
     as many as fit in ``PAIR_CHUNK_ELEMENTS`` weights).
     """
-    idx, valid = neighbor_indices(cand_mask)
+    idx, valid = mask_indices(cand_mask)
     values = torch.full(idx.shape, NOT_COMPUTED, dtype=torch.float32, device=cand_mask.device)
     scores = PoolScores(idx, valid, values)
     if not bool(valid.any()):
@@ -335,7 +335,7 @@ def pool_similarity(scores: PoolScores) -> torch.Tensor:
 def similarity_matrix(pool: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """``[C, n]`` float32 of :func:`pool_similarity`'s values: the similarity
     where it was computed (the pool), NaN elsewhere (to inspect and test)."""
-    idx, valid = neighbor_indices(pool)
+    idx, valid = mask_indices(pool)
     return PoolScores(idx, valid, values[:, :idx.shape[1]].to(torch.float32)).matrix(pool.shape[1])
 
 

@@ -28,12 +28,14 @@ the bytes of one client's data ((train + test) x (pixels x bytes + 8)):
 
     gather bytes per rank per round = W x C x W_g x 4            (= n x W_g x 4 when W divides n)
     peak RSS per process ~ RSS before setup (base images read) + C x d + 2 x C x P x 4
-                           + C x n x 8 + (W > 1) x 2 x n x W_g x 4
+                           + [masks] x C x n x 8 + (W > 1) x 2 x n x W_g x 4
 
 (own models, and either the models from before training or the aggregated
-ones: the first are dropped before the second are made; the bool [C, n]
-masks of a round's neighbour choice, at most 8 bytes an entry together as
-bench/select_memory.py measures them; the gathered buffer and the copies that split it,
+ones: the first are dropped before the second are made; for algorithms
+that choose by masks (``choice_masks``: PANM, PENS) the bool [C, n] masks of
+a round's neighbour choice, at most 8 bytes an entry together as
+bench/select_memory.py measures them, while Random, FixTopology and Oracle
+choose by index lists, C x k numbers; the gathered buffer and the copies that split it,
 which exist together in :func:`fedclust.dist.gather_parts`).  With
 ``exchange_mb`` (column blocks) the last term is one block,
 ``columns x`` :func:`fedclust.dist.exchange_column_bytes` (at most the
@@ -127,14 +129,18 @@ def input_bytes(cfg) -> int:
 
 
 # Bytes per [C, n] entry of the bool masks a round's neighbour choice holds at once (the kept state and the
-# round's draws): bench/select_memory.py measured 0.8 (Random) to 8.0 (PANMLoss) at 4,000-10,000 clients.
+# round's draws), for algorithms that choose by masks (Algorithm.choice_masks: PANM, PENS): bench/select_memory.py
+# measured 6.7 (PENS) to 8.0 (PANMLoss) at 4,000-10,000 clients.  Index lists (Random, FixTopology, Oracle):
+# 0.4-0.8, counted as 0.
 MASK_BYTES = 8
 
 
 def law(cfg, world: int, base: float = 0.0) -> dict:
     """The growth law's gather bytes per rank per round and peak RSS bytes of one process (see the module doc)."""
     n, P = cfg.clients, parameter_count(cfg)
-    before = registry.build(cfg).gathers_before      # it gathers its models from before training too
+    algo = registry.build(cfg)
+    before = algo.gathers_before      # it gathers its models from before training too
+    mask_bytes = MASK_BYTES if algo.choice_masks else 0   # bool [C, n] masks of the round's choice, or none
     width = P * (2 if before else 1) + EXTRA_COLUMNS
     C = math.ceil(n / world)
     _, shape, _ = model_spec(cfg)
@@ -150,7 +156,7 @@ def law(cfg, world: int, base: float = 0.0) -> dict:
     # PANMGrad's similarity: the update, the distance from w0 and their squares, [n, piece] float32 each
     pieces = 4 * n * min(POOL_BLOCK, columns) * 4 if before else 0
     gather = world * C * gathered * 4 if world > 1 else 0
-    memory = base + C * d + 2 * C * P * 4 + C * n * MASK_BYTES + held + pieces
+    memory = base + C * d + 2 * C * P * 4 + C * n * mask_bytes + held + pieces
     return {"params": P, "columns": gathered, "data_bytes_per_client": d, "gather_bytes": gather,
             "exchange_bytes": held, "similarity_bytes": pieces, "memory_bytes": memory}
 

@@ -1,0 +1,114 @@
+"""Whom each of a rank's clients averages with, as index lists.
+
+A peer algorithm's choice for its C clients out of n is either a bool
+``[C, n]`` mask (PANM's and PENS's lists, which may hold a whole cluster) or
+a :class:`PeerIndex`: each row's peers as ``[C, m]`` indices, m the longest
+row (k for Random, FixTopology and Oracle), C·m numbers instead of C·n flags.
+Rows never hold the row's own client.  The gossip, the metrics and the
+traffic count take either form (:func:`as_indices`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+ROW_COUNT_CHUNK_ELEMENTS = 2**22   # mask entries row_counts sums at once (32 MB of int64)
+
+
+def row_counts(mask: torch.Tensor) -> torch.Tensor:
+    """``[C]`` int64: the True entries of each row of a bool ``[C, n]`` mask.
+    torch sums a bool tensor through an int64 copy of it (8 bytes an entry,
+    800 MB for 10,000 × 10,000); here a chunk of rows at a time, at most
+    :data:`ROW_COUNT_CHUNK_ELEMENTS` entries."""
+    C, n = mask.shape
+    out = torch.empty(C, dtype=torch.int64, device=mask.device)
+    step = max(1, ROW_COUNT_CHUNK_ELEMENTS // max(n, 1))
+    for lo in range(0, C, step):   # chunks of rows: bounded memory
+        out[lo:lo + step] = mask[lo:lo + step].sum(1)
+    return out
+
+
+def mask_indices(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(idx [C, m], valid [C, m]) of a bool [C, n] mask: row c's True columns
+    in increasing order, padded to the longest row's m (0 and valid False there)."""
+    C = mask.shape[0]
+    counts = row_counts(mask)
+    m = int(counts.max()) if C else 0
+    rows, cols = mask.nonzero(as_tuple=True)                    # row-major: each row's columns ascending
+    starts = counts.cumsum(0) - counts
+    pos = torch.arange(len(rows), device=mask.device) - starts[rows]
+    idx = torch.zeros(C, m, dtype=torch.long, device=mask.device)
+    valid = torch.zeros(C, m, dtype=torch.bool, device=mask.device)
+    idx[rows, pos] = cols
+    valid[rows, pos] = True
+    return idx, valid
+
+
+@dataclass(frozen=True)
+class PeerIndex:
+    """Each row's peers among n clients: ``idx [C, m]`` int64, a row's peers in
+    increasing order and then padding (0, ``valid`` False): the form
+    :func:`mask_indices` gives, so either form of a choice yields the same
+    indices in the same order."""
+
+    idx: torch.Tensor
+    valid: torch.Tensor
+    n: int
+
+    def __post_init__(self):
+        if self.idx.shape != self.valid.shape or self.idx.dim() != 2:
+            raise ValueError(f"idx and valid must both be [C, m], got {tuple(self.idx.shape)} and "
+                             f"{tuple(self.valid.shape)}")
+
+    @classmethod
+    def from_mask(cls, mask: torch.Tensor) -> "PeerIndex":
+        return cls(*mask_indices(mask), mask.shape[1])
+
+    @classmethod
+    def empty(cls, rows: int, n: int, device=None) -> "PeerIndex":
+        """Rows with no peers (``m = 0``)."""
+        return cls(torch.zeros(rows, 0, dtype=torch.long, device=device),
+                   torch.zeros(rows, 0, dtype=torch.bool, device=device), n)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(C, n)``: the shape of the mask it stands for."""
+        return self.idx.shape[0], self.n
+
+    @property
+    def device(self) -> torch.device:
+        return self.idx.device
+
+    def counts(self) -> torch.Tensor:
+        """``[C]`` int64: peers per row."""
+        return self.valid.sum(1)
+
+    def mask(self) -> torch.Tensor:
+        """The bool ``[C, n]`` mask (to combine with a mask-based choice, and to test)."""
+        out = torch.zeros(self.idx.shape[0], self.n, dtype=torch.bool, device=self.idx.device)
+        rows = torch.arange(self.idx.shape[0], device=self.idx.device)[:, None].expand_as(self.idx)
+        out[rows[self.valid], self.idx[self.valid]] = True
+        return out
+
+    def rows(self, lo: int, hi: int) -> "PeerIndex":
+        """Rows ``lo:hi``."""
+        return PeerIndex(self.idx[lo:hi], self.valid[lo:hi], self.n)
+
+
+def as_indices(peers) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(idx, valid)`` of a choice in either form (a :class:`PeerIndex` or a bool ``[C, n]`` mask)."""
+    if isinstance(peers, PeerIndex):
+        return peers.idx, peers.valid
+    return mask_indices(peers)
+
+
+def as_mask(peers) -> torch.Tensor:
+    """The bool ``[C, n]`` mask of a choice in either form."""
+    return peers.mask() if isinstance(peers, PeerIndex) else peers
+
+
+def peer_counts(peers) -> torch.Tensor:
+    """``[C]`` int64 peers per row of a choice in either form."""
+    return peers.counts() if isinstance(peers, PeerIndex) else row_counts(peers)
