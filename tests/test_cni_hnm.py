@@ -15,6 +15,7 @@ from fedclust.algorithms.panm import PanmState
 from fedclust.algorithms.similarity import similarity_matrix
 from fedclust.config import Config
 from fedclust.errors import ConfigError
+from fedclust.peers import as_mask, mask_indices
 from panm_build import make_panm_grad, make_panm_loss
 
 
@@ -62,9 +63,10 @@ def test_candidates_are_l_others():
     ids = torch.arange(10, 20)
     self_mask = torch.zeros(10, 30, dtype=torch.bool)
     self_mask[torch.arange(10), ids] = True
-    cand = draw_candidates(3, 7, ids, self_mask, 4)
+    cand = draw_candidates(3, 7, ids, 30, 4)
     assert (cand.sum(1) == 4).all() and not (cand & self_mask).any()
-    assert not torch.equal(cand, draw_candidates(3, 8, ids, self_mask, 4))   # fresh each round
+    assert torch.equal(cand, rng.choose_from_mask(3, 7, "candidates", ids, ~self_mask, 4))   # the plain draw
+    assert not torch.equal(cand, draw_candidates(3, 8, ids, 30, 4))   # fresh each round
 
 
 def test_cni_keeps_previous_neighbours_that_still_rank_best():
@@ -90,7 +92,7 @@ def test_cni_precision_never_falls_with_a_perfect_similarity():
     for t in range(1, 25):
         noise = rng.client_keys(9, t, "init", ids, n).to(torch.float32)   # fresh ranking each round
         sim = same.to(torch.float32) * 10 + noise                          # same-cluster always first
-        cand = draw_candidates(9, t, ids, self_mask, l)
+        cand = draw_candidates(9, t, ids, n, l)
         nb = cni_step(sim, cand, prev, k)
         assert (nb.sum(1) == k).all() and not (nb & self_mask).any()
         count = (nb & same).sum(1)
@@ -279,6 +281,26 @@ def test_hnm_update_keeps_unsampled_neighbours_and_leaves_failed_rows():
     assert torch.equal(new[1], neighbors[1])
 
 
+def test_hnm_update_equals_the_mask_rule_on_random_rows():
+    """Written by index, the update equals where(empty, N, (N \\ S) ∪ H) on whole masks, H from the EM itself."""
+    g = torch.Generator().manual_seed(11)
+    C, n, l = 40, 50, 6
+    ids = torch.arange(C)
+    neighbors = torch.rand(C, n, generator=g) < 0.3
+    neighbors[ids, ids] = False
+    cand, sample = hnm_draw(2, 5, ids, neighbors, l)
+    sim = torch.rand(C, n, generator=g, dtype=torch.float64)
+    sim[:5] = 0.5                                              # equal values: EM finds no split there
+    new, failed = hnm_update(neighbors, cand, sample, sim)
+    idx, valid = mask_indices(cand | sample)
+    res = em_two_gaussians(sim.gather(1, idx), valid, sample.gather(1, idx) & valid)
+    high = torch.zeros_like(neighbors)
+    high[torch.arange(C)[:, None].expand_as(idx)[res.high & valid], idx[res.high & valid]] = True
+    want = torch.where(res.empty[:, None], neighbors, (neighbors & ~sample) | high)
+    assert torch.equal(new, want) and torch.equal(failed, res.empty)
+    assert failed[:5].all() and not failed.all()
+
+
 def test_hnm_draws():
     n, C = 30, 6
     ids = torch.arange(12, 18)
@@ -287,13 +309,17 @@ def test_hnm_draws():
     neighbors = rng.choose_from_mask(1, 0, "fixed", ids, ~self_mask, 8)
     neighbors[0] = False
     neighbors[0, :3] = True                                   # a client with only 3 neighbours
-    cand, sample = hnm_draw(4, 11, ids, neighbors, self_mask, 5)
+    cand, sample = hnm_draw(4, 11, ids, neighbors, 5)
     assert (cand.sum(1) == 5).all() and not (cand & (neighbors | self_mask)).any()
     assert not (sample & ~neighbors).any()
     assert torch.equal(sample[0], neighbors[0])              # all of N when |N| <= l
     assert (sample[1:].sum(1) == 5).all()
-    avg = draw_average(4, 11, ids, neighbors, 4)
+    # the plain draws over whole [C, n] masks pick the same
+    assert torch.equal(cand, rng.choose_from_mask(4, 11, "hnm_candidates", ids, ~neighbors & ~self_mask, 5))
+    assert torch.equal(sample, rng.choose_from_mask(4, 11, "hnm_sample", ids, neighbors, 5))
+    avg = draw_average(4, 11, ids, neighbors, 4).mask()
     assert not (avg & ~neighbors).any() and avg[0].sum() == 3 and (avg[1:].sum(1) == 4).all()
+    assert torch.equal(avg, rng.choose_from_mask(4, 11, "neighbors", ids, neighbors, 4))
 
 
 # ---------------------------------------------------------------- PANM objects
@@ -330,8 +356,8 @@ def run(alg, ctx, rounds, n, P, clusters):
         ids = ctx.client_ids
         view = RoundView(round=t, before=before[ids], after=after[ids], all_after=after,
                          all_before=before if alg.gathers_before else None)
-        state, mask = alg.select(state, ctx, view)
-        out.append((state, mask, alg.neighbor_list(state, mask)))
+        state, chosen = alg.select(state, ctx, view)
+        out.append((state, as_mask(chosen), as_mask(alg.neighbor_list(state, chosen))))   # either form, as masks
     return out
 
 

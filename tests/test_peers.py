@@ -79,3 +79,22 @@ def test_precision_recall_of_index_lists_equal_the_masks():
     torch.testing.assert_close(p1, p2, equal_nan=True)
     torch.testing.assert_close(r1, r2, equal_nan=True)
     assert torch.isnan(p2[4]) and r2[4] == 0
+
+
+def test_received_models_count_the_union_once_and_never_the_client():
+    """By index lists equals the plain rule on masks: |(averaged ∪ extra) \\ {i}|."""
+    from fedclust.algorithms.base import received_models
+
+    g = torch.Generator().manual_seed(5)
+    n, ids = 25, torch.arange(7, 15)
+    own = torch.zeros(len(ids), n, dtype=torch.bool)
+    own[torch.arange(len(ids)), ids] = True
+    averaged = (torch.rand(len(ids), n, generator=g) < 0.2) & ~own
+    extra = torch.rand(len(ids), n, generator=g) < 0.3
+    extra[0, ids[0]] = True                        # a pool that holds the client itself counts it not
+    want = ((averaged | extra) & ~own).sum(1)
+    by_index = PeerIndex.from_mask(averaged)
+    assert torch.equal(received_models(by_index, extra, ids), want)
+    assert torch.equal(received_models(averaged, extra, ids), want)
+    assert torch.equal(received_models(by_index, None, ids), averaged.sum(1))
+    assert torch.equal(received_models(averaged, None, ids), averaged.sum(1))

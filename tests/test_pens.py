@@ -11,6 +11,7 @@ from fedclust.algorithms.peer_counts import counted_more_than, counts_matrix, fr
 from fedclust.algorithms.pens import PENS, PensState, fixed_list, pens_reference_threshold, pens_threshold
 from fedclust.config import Config
 from fedclust.errors import ConfigError
+from fedclust.peers import as_mask
 
 
 def make_pens(cfg):
@@ -59,8 +60,8 @@ def run(ids, rounds, count="selected", empty_list="last_topk", stage2=0, k=K):
     out = []
     for t in range(1, rounds + 1):
         view = RoundView(round=t, before=models[ctx.client_ids], after=models[ctx.client_ids], all_after=models)
-        state, mask = alg.select(state, ctx, view)
-        out.append((state, mask, alg.neighbor_list(state, mask)))
+        state, chosen = alg.select(state, ctx, view)
+        out.append((state, as_mask(chosen), as_mask(alg.neighbor_list(state, chosen))))   # either form, as masks
     return out
 
 

@@ -127,7 +127,7 @@ def test_monte_carlo_of_the_cni_code_matches_the_exact_chain():
     for seed in range(seeds):
         nb = None
         for t in range(1, rounds + 1):
-            nb = cni_step(sim, draw_candidates(seed, t, ids, self_mask, l), nb, k)
+            nb = cni_step(sim, draw_candidates(seed, t, ids, n, l), nb, k)
             hits[t - 1] += ((nb & same).sum(1) == k).sum()
     freq = (hits / (seeds * n)).tolist()
     exact = cni_probabilities_exact(n, a, l, k, rounds)

@@ -20,8 +20,8 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
-from fedclust.algorithms.aggregation import gossip, gossip_columns, own
-from fedclust.peers import PeerIndex, as_mask, peer_counts
+from fedclust.algorithms.aggregation import gossip, gossip_columns, own, own_mask
+from fedclust.peers import PeerIndex, peer_counts
 from fedclust.errors import ConfigError
 
 
@@ -57,9 +57,7 @@ class Context:
     @property
     def self_mask(self) -> torch.Tensor:
         """[C, n] True where column j is the row's own client."""
-        m = torch.zeros(len(self.client_ids), self.n, dtype=torch.bool, device=self.device)
-        m[torch.arange(len(self.client_ids), device=self.device), self.client_ids.to(self.device)] = True
-        return m
+        return own_mask(self.client_ids.to(self.device), self.n)
 
 
 @dataclass
@@ -312,6 +310,23 @@ class Algorithm:
         return dataclasses.replace(template, **{k: v for k, v in values.items() if k in kept})
 
 
+def received_models(averaged, extra: torch.Tensor | None, own_ids: torch.Tensor) -> torch.Tensor:
+    """``[C]`` models each client receives: the peers it averages with
+    (``averaged``, a bool [C, n] mask or a :class:`fedclust.peers.PeerIndex`,
+    which never holds the client itself) and those in ``extra`` (bool
+    [C, n] or None), each counted once, never the client itself.  Index
+    lists are counted by their indices, with no [C, n] temporary."""
+    if isinstance(averaged, PeerIndex):
+        if extra is None:
+            return averaged.counts()
+        own = own_ids.to(extra.device)
+        rows = torch.arange(len(own), device=extra.device)
+        in_extra = extra.gather(1, averaged.idx)
+        return peer_counts(extra) - extra[rows, own].to(torch.int64) + (averaged.valid & ~in_extra).sum(1)
+    contacted = averaged if extra is None else averaged | extra
+    return peer_counts(contacted & ~own_mask(own_ids.to(contacted.device), contacted.shape[1]))
+
+
 class PeerAlgorithm(Algorithm):
     """Peer-to-peer: each client trains from the model it holds, then
     :meth:`select` chooses whom it averages with, and the gossip average
@@ -340,13 +355,8 @@ class PeerAlgorithm(Algorithm):
     def aggregate(self, state: Any, ctx: Context, view: RoundView):
         state, averaged = self.select(state, ctx, view)
         view.drop_before()
-        extra = self.contacted(state, view.round)
-        if extra is None and isinstance(averaged, PeerIndex):
-            received = averaged.counts()   # index lists never hold the client itself
-        else:
-            contacted = as_mask(averaged) if extra is None else as_mask(averaged) | extra
-            received = peer_counts(contacted & ~ctx.self_mask)
         own_ids = ctx.client_ids
+        received = received_models(averaged, self.contacted(state, view.round), own_ids)
         return state, RoundResult(
             models=(gossip(averaged, own_ids, view.all_after) if view.columns is None
                     else gossip_columns(averaged, own_ids, view.columns)),

@@ -14,7 +14,7 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.aggregation import indices_mask
-from fedclust.peers import mask_indices
+from fedclust.peers import PeerIndex, mask_indices
 
 
 def top_k_in_mask(similarity: torch.Tensor, allowed: torch.Tensor, k: int) -> torch.Tensor:
@@ -48,10 +48,10 @@ def top_k_of_pool(values: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor, 
     return indices_mask(idx.gather(1, pick), valid.gather(1, pick), n)
 
 
-def draw_candidates(seed: int, round_: int, client_ids: torch.Tensor, self_mask: torch.Tensor, l: int,
+def draw_candidates(seed: int, round_: int, client_ids: torch.Tensor, n: int, l: int,
                     stream: str = "candidates") -> torch.Tensor:
-    """l candidates per client drawn uniformly from all other clients (bool ``[C, n]``)."""
-    return rng.choose_from_mask(seed, round_, stream, client_ids, ~self_mask, l)
+    """l candidates per client drawn uniformly from the n - 1 other clients (bool ``[C, n]``)."""
+    return PeerIndex(*rng.choose_indices(seed, round_, stream, client_ids, n, l), n).mask()
 
 
 def cni_pool(candidates: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:

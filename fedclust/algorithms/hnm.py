@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.aggregation import indices_mask
-from fedclust.peers import mask_indices
+from fedclust.peers import PeerIndex, mask_indices
 
 MAX_EM_STEPS = 100
 VAR_FLOOR_REL = 1e-3    # variance floor: this share of the row's overall variance ...
@@ -113,12 +112,14 @@ def em_two_gaussians(y: torch.Tensor, valid: torch.Tensor, init_a: torch.Tensor,
 
 
 def hnm_draw(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor,
-             self_mask: torch.Tensor, l: int) -> tuple[torch.Tensor, torch.Tensor]:
+             l: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(C_i, S_i)`` as bool ``[C, n]``: l uniform non-neighbours (never i)
-    and l uniform neighbours (all of ``N_i`` if it has ≤ l)."""
-    cand = rng.choose_from_mask(seed, round_, "hnm_candidates", client_ids, ~neighbors & ~self_mask, l)
-    sample = rng.choose_from_mask(seed, round_, "hnm_sample", client_ids, neighbors, l)
-    return cand, sample
+    and l uniform neighbours (all of ``N_i`` if it has ≤ l).  The draws read
+    ``neighbors`` a chunk of rows at a time (no [C, n] temporaries)."""
+    n = neighbors.shape[1]
+    cand = rng.choose_indices(seed, round_, "hnm_candidates", client_ids, n, l, lambda lo, hi: ~neighbors[lo:hi])
+    sample = rng.choose_indices(seed, round_, "hnm_sample", client_ids, n, l, lambda lo, hi: neighbors[lo:hi])
+    return PeerIndex(*cand, n).mask(), PeerIndex(*sample, n).mask()
 
 
 def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor,
@@ -132,9 +133,8 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
     ``N ← (N \\ S) ∪ H``.  Where EM ends with a component empty, N is left
     unchanged and ``failed`` is True.
     """
-    pool = cand | sample
     if isinstance(similarity, torch.Tensor):
-        idx, valid = mask_indices(pool)   # padding points at column 0: read only where valid
+        idx, valid = mask_indices(cand | sample)   # padding points at column 0: read only where valid
         values = similarity.gather(1, idx)
     else:                                     # PoolScores on this pool: its columns are the same idx
         idx, valid, values = similarity.idx, similarity.valid, similarity.values
@@ -146,11 +146,19 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
     res = em_two_gaussians(values.to(host), valid.to(host),
                            (sample.gather(1, idx) & valid).to(host), **em_kwargs)
     res_high, res_empty = res.high.to(neighbors.device), res.empty.to(neighbors.device)
-    high = indices_mask(idx, res_high & valid, neighbors.shape[1])   # idx holds pool entries only
-    updated = (neighbors & ~sample) | high
-    return torch.where(res_empty[:, None], neighbors, updated), res_empty
+    # N ← (N \ S) ∪ H on a copy of N, written by index (rows whose EM emptied a component keep N)
+    updated = neighbors.clone()
+    rows = torch.arange(neighbors.shape[0], device=neighbors.device)[:, None]
+    s_idx, s_valid = mask_indices(sample)
+    drop = s_valid & ~res_empty[:, None]
+    updated[rows.expand_as(s_idx)[drop], s_idx[drop]] = False
+    add = res_high & valid & ~res_empty[:, None]                      # idx holds pool entries only
+    updated[rows.expand_as(idx)[add], idx[add]] = True
+    return updated, res_empty
 
 
-def draw_average(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor, k: int) -> torch.Tensor:
-    """Whom to average with this round of stage two: k uniform from ``N_i`` (all if fewer)."""
-    return rng.choose_from_mask(seed, round_, "neighbors", client_ids, neighbors, k)
+def draw_average(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor, k: int) -> PeerIndex:
+    """Whom to average with this round of stage two: k uniform from ``N_i`` (all if fewer), as index lists."""
+    n = neighbors.shape[1]
+    return PeerIndex(*rng.choose_indices(seed, round_, "neighbors", client_ids, n, k, lambda lo, hi: neighbors[lo:hi]),
+                     n)

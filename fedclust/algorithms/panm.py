@@ -101,8 +101,7 @@ class PANM(PeerAlgorithm):
 
     def _stage_one(self, state: PanmState, ctx: Context, view: RoundView):
         """CNI: top k among ``C_i ∪ N_i^{t-1}``; average with it."""
-        self_mask = ctx.self_mask
-        cand = draw_candidates(ctx.seed, view.round, ctx.client_ids, self_mask, self.l)
+        cand = draw_candidates(ctx.seed, view.round, ctx.client_ids.to(ctx.device), ctx.n, self.l)
         pool = cni_pool(cand, state.neighbors)  # N_i^0 is empty: round 1 ranks C_i alone
         scores = similarity_for(self.metric, self.alpha, ctx, view, pool)
         neighbors = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
@@ -114,8 +113,7 @@ class PANM(PeerAlgorithm):
         t = view.round
         new = state
         if t % self.tau == 0:
-            self_mask = ctx.self_mask
-            cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids, state.neighbors, self_mask, self.l)
+            cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids.to(ctx.device), state.neighbors, self.l)
             pool = cand | sample
             scores = similarity_for(self.metric, self.panm.hnm_alpha, ctx, view, pool)
             y = (scores.with_values(loss_em_input(scores.values, self.panm.em_input)) if self.metric == "loss"
@@ -134,10 +132,10 @@ class PANM(PeerAlgorithm):
     def neighbor_list(self, state: PanmState, averaged: torch.Tensor) -> torch.Tensor:
         return state.neighbors
 
-    def contacted(self, state: PanmState, round_: int) -> torch.Tensor:
-        """Peers whose models client i fetched this round to compute similarities."""
+    def contacted(self, state: PanmState, round_: int) -> torch.Tensor | None:
+        """Peers whose models client i fetched this round to compute similarities (None: no similarity this round)."""
         if state.pool is None or state.similarity_round != round_:
-            return torch.zeros_like(state.neighbors)
+            return None
         return state.pool
 
 

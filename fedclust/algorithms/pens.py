@@ -21,6 +21,7 @@ from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_c
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import client0_similarity, pool_similarity, similarity_for
 from fedclust.errors import ConfigError
+from fedclust.peers import PeerIndex
 from fedclust.schema import one_of, option
 
 PENS_COUNTS = ("reference", "selected", "drawn_and_selected")
@@ -149,7 +150,7 @@ class PENS(PeerAlgorithm):
     def select(self, state: PensState, ctx: Context, view: RoundView) -> tuple[PensState, torch.Tensor]:
         t = view.round
         if t <= self.stage1_rounds:
-            cand = draw_candidates(ctx.seed, t, ctx.client_ids, ctx.self_mask, self.l)
+            cand = draw_candidates(ctx.seed, t, ctx.client_ids.to(ctx.device), ctx.n, self.l)
             scores = similarity_for("loss", 0.0, ctx, view, cand)
             top = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
             peers, counts = add_mask(state.count_peers, state.counts, top, self.count_width(ctx.n))
@@ -165,12 +166,15 @@ class PENS(PeerAlgorithm):
             fixed, fell_back = fixed_list(chosen, state.last_topk, self.pens.empty_list)
             state = dataclasses.replace(state, fixed=fixed, fell_back=fell_back, formed=True)
         draw = self.pens.stage2_neighbours or self.k
-        return state, rng.choose_from_mask(ctx.seed, t, "pens", ctx.client_ids, state.fixed, draw)
+        fixed = state.fixed
+        chosen = rng.choose_indices(ctx.seed, t, "pens", ctx.client_ids.to(ctx.device), ctx.n, draw,
+                                    lambda lo, hi: fixed[lo:hi])
+        return state, PeerIndex(*chosen, ctx.n)
 
-    def contacted(self, state: PensState, round_: int) -> torch.Tensor:
+    def contacted(self, state: PensState, round_: int) -> torch.Tensor | None:
         """Stage one fetches the l candidates' models to rank them; stage two none beyond the averaged."""
         if state.pool is None or state.similarity_round != round_:
-            return torch.zeros_like(state.last_topk)
+            return None
         return state.pool
 
     def neighbor_list(self, state: PensState, averaged: torch.Tensor) -> torch.Tensor:
