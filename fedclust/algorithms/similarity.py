@@ -162,11 +162,15 @@ def grad_pool_scores(blocks, n: int, w0: torch.Tensor, alpha: float, pool: torch
     device = w0.device
     C = pool.shape[0]
     own_idx = torch.arange(n, device=device)[own]
+    idx, valid = mask_indices(pool.to(device))   # row by row, columns ascending: the CSR pattern's order
+    counts = valid.sum(1)
+    crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    cols = idx[valid]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)   # "sparse CSR support is in beta": the product is tested
-        pattern = pool.to(device=device, dtype=w0.dtype).to_sparse_csr()
-    crow, cols = pattern.crow_indices(), pattern.col_indices()
-    rows = torch.repeat_interleave(torch.arange(C, device=crow.device), crow[1:] - crow[:-1])
+        # built from the pool's indices (a dense [C, n] float copy of the mask would cost 4 bytes an entry)
+        pattern = torch.sparse_csr_tensor(crow, cols, w0.new_ones(len(cols)), size=(C, n))
+    rows = torch.repeat_interleave(torch.arange(C, device=crow.device), counts)
     full = (full_rows.nonzero(as_tuple=True)[0] if full_rows is not None else
             torch.zeros(0, dtype=torch.long)).to(device)
     dot_u, dot_w = w0.new_zeros(len(cols)), w0.new_zeros(len(cols))
@@ -199,7 +203,6 @@ def grad_pool_scores(blocks, n: int, w0: torch.Tensor, alpha: float, pool: torch
     nu, nw = sq_u.sqrt().clamp_min(EPS), sq_w.sqrt().clamp_min(EPS)
     me = own_idx[rows]
     cos = (dot_u / (nu[me] * nu[cols])).mul_(alpha).add_(dot_w / (nw[me] * nw[cols]), alpha=1.0 - alpha)
-    idx, valid = mask_indices(pool.to(device))   # the CSR pattern's order: row by row, columns ascending
     values = w0.new_full(idx.shape, math.nan)
     values[rows, _row_positions(rows, C)] = cos
     full_values = None
