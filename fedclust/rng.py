@@ -9,7 +9,6 @@ int64 arithmetic with explicit masking, identical on CPU and GPU.
 from __future__ import annotations
 
 import zlib
-
 from typing import Callable
 
 import torch
