@@ -399,3 +399,33 @@ def test_prox_layers_naming_no_parameter_tensor_is_refused():
         with pytest.raises(ValueError, match="prox_layers") as e:
             train_round(flat.clone(), layout, "mlp", x, y, orders, s, anchor=flat.clone(), mu=0.5, prox_layers=bad)
         assert "fc3.weight" in str(e.value) and "None" in str(e.value)   # names the choices and the fix
+
+
+def test_client_width_by_hand():
+    counts = torch.tensor([1, 2, 3, 200, 256, 257, 1000])
+    assert train.client_width(counts, 600).tolist() == [1, 2, 4, 256, 256, 512, 600]
+    groups = train.width_groups(torch.tensor([7, 12, 9, 3, 8]), 12)
+    assert [(w, m.tolist()) for w, m in groups] == [(4, [3]), (8, [0, 4]), (12, [1, 2])]
+
+
+@pytest.mark.parametrize("arch,shape,batch", [("mlp", (20,), 4), ("logreg", (20,), 64), ("cnn", SMALL_CNN, 5)])
+def test_unequal_clients_train_at_their_own_width_bit_for_bit_in_any_grouping(arch, shape, batch):
+    """Each client trains at client_width(count) whatever clients share its pass or its rank: the whole set
+    and two shards give the same bits; and the result equals the clients padded to the whole width N (the
+    masked path before the widths) to rounding."""
+    n = 40
+    _, layout, flat, x, y = make(arch, shape, 9, n)
+    counts = torch.tensor([3, 40, 17, 8, 33, 5, 12, 40, 20])
+    ids = torch.arange(9)
+    orders = rng.batch_orders(5, 2, ids, 2, n, counts)
+    s = TrainSettings(lr=0.05, batch_size=batch, epochs=2, client_chunk=3, momentum=0.5)
+    whole, parts, padded = flat.clone(), flat.clone(), flat.clone()
+    loss = train_round(whole, layout, arch, x, y, orders, s, counts=counts)
+    for lo, hi in ((0, 4), (4, 9)):
+        shard = parts[lo:hi]
+        got = train_round(shard, layout, arch, x[lo:hi], y[lo:hi], orders[:, lo:hi], s, counts=counts[lo:hi])
+        assert torch.equal(got, loss[lo:hi])
+    assert torch.equal(parts, whole)
+    ref = train._train_chunk_masked(padded, layout, arch, x, y, orders, s, None, 0.0, counts)
+    torch.testing.assert_close(whole, padded, rtol=0, atol=1e-12)
+    torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)

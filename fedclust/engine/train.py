@@ -184,7 +184,10 @@ def _masked_batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batc
     batch size on its real samples, 0 on padding) and which clients have a
     batch at this step, active [C]."""
     counts = counts.to(x.device)
+    longest = int(counts.max()) if len(counts) else 0   # batches from here on hold no client's examples: no-op steps
     for (xb, yb), start in zip(_batches(x, y, orders, batch_size), _starts(orders.shape[0], x.shape[1], batch_size)):
+        if start >= longest:
+            continue
         pos = torch.arange(start, start + yb.shape[1], device=x.device)
         valid = pos[None, :] < counts[:, None]
         size = valid.sum(1)
@@ -399,14 +402,48 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
     prox = proximal_layers(layout, prox_layers)
     orders = orders.to(x.device)
     y = y.to(x.device)
-    client_chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
     losses = torch.empty(c, dtype=flat.dtype, device=flat.device)
+    if counts is not None and not (isinstance(arch, ModuleNet) and arch.engine == "loop"):
+        groups = width_groups(counts, n)
+        if len(groups) > 1 or groups[0][0] < n:   # unequal clients: each trained at its own group's width
+            for width, members in groups:
+                rows, at = members.to(flat.device), members.to(x.device)
+                own = orders[:, at, :width]
+                if bool((own >= width).any()):
+                    raise ValueError("orders must list each client's own examples first and its padding after, in "
+                                     "place order: make them with fedclust.rng.batch_orders(..., counts)")
+                sub = flat.index_select(0, rows)
+                losses[rows] = train_round(sub, layout, arch, x[at, :width], y[at, :width], own, settings,
+                                           None if anchor is None else anchor.index_select(0, rows), float(mu),
+                                           counts[at], prox_layers)
+                flat.index_copy_(0, rows, sub)
+            return losses
+    client_chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
     for c0 in range(0, c, client_chunk):  # chunks of clients, each trained at once
         c1 = min(c, c0 + client_chunk)
         losses[c0:c1] = _train_chunk(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], orders[:, c0:c1], settings,
                                      None if anchor is None else anchor[c0:c1], float(mu),
                                      None if counts is None else counts[c0:c1], prox)
     return losses
+
+
+def client_width(counts: torch.Tensor, n: int) -> torch.Tensor:
+    """``[C]`` the width a client of ``counts[c]`` examples trains at: the
+    smallest power of two that holds them, at most ``n``.  A function of the
+    client's own count alone, so that its arithmetic (and its bits) never
+    depends on which clients share its pass or its rank."""
+    width = torch.ones_like(counts)
+    while bool((width < counts).any()):
+        width = torch.where(width < counts, width * 2, width)
+    return width.clamp(max=n)
+
+
+def width_groups(counts: torch.Tensor, n: int) -> list[tuple[int, torch.Tensor]]:
+    """``[(width, client rows)]``, widths ascending: clients of unequal sizes
+    grouped by :func:`client_width`, so that none computes on more than
+    twice its examples of padding (the whole ``n`` before)."""
+    width = client_width(counts, n)
+    return [(int(w), (width == w).nonzero().flatten().cpu()) for w in torch.unique(width).tolist()]
 
 
 def _check_counts(counts: torch.Tensor | None, c: int, n: int, device) -> torch.Tensor | None:
