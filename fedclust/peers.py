@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fedclust import rng
+
 ROW_COUNT_CHUNK_ELEMENTS = 2**22   # mask entries row_counts sums at once (32 MB of int64)
 
 
@@ -72,6 +74,13 @@ class PeerIndex:
         return cls(torch.zeros(rows, 0, dtype=torch.long, device=device),
                    torch.zeros(rows, 0, dtype=torch.bool, device=device), n)
 
+    @classmethod
+    def draw(cls, seed: int, round_: int, stream: str, clients: torch.Tensor, n: int, k: int,
+             allowed=None) -> "PeerIndex":
+        """k uniform peers a row (:func:`fedclust.rng.choose_indices`: never the client itself; ``allowed`` a
+        bool [C, n] mask or a function of a chunk of rows, None for every other client)."""
+        return cls(*rng.choose_indices(seed, round_, stream, clients, n, k, allowed), n)
+
     @property
     def shape(self) -> tuple[int, int]:
         """``(C, n)``: the shape of the mask it stands for."""
@@ -91,10 +100,6 @@ class PeerIndex:
         rows = torch.arange(self.idx.shape[0], device=self.idx.device)[:, None].expand_as(self.idx)
         out[rows[self.valid], self.idx[self.valid]] = True
         return out
-
-    def rows(self, lo: int, hi: int) -> "PeerIndex":
-        """Rows ``lo:hi``."""
-        return PeerIndex(self.idx[lo:hi], self.valid[lo:hi], self.n)
 
 
 def as_indices(peers) -> tuple[torch.Tensor, torch.Tensor]:

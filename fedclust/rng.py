@@ -106,20 +106,20 @@ def batch_orders(seed: int, round_: int, clients: torch.Tensor, epochs: int, n: 
     return torch.stack(out)
 
 
-CHOOSE_CHUNK_ELEMENTS = 2**22   # keys drawn at once by choose_from_mask (32 MB of float64)
+CHOOSE_CHUNK_ELEMENTS = 2**22   # keys drawn at once by choose_indices and choose_from_mask (32 MB of float64)
 
 
 def choose_indices(
     seed: int, round_: int, stream: str, clients: torch.Tensor, n: int, k: int,
-    allowed: Callable[[int, int], torch.Tensor] | None = None,
+    allowed: Callable[[int, int], torch.Tensor] | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw up to k of n items uniformly without replacement per row, as indices.
 
     Row c draws for client ``clients[c]``: the k allowed items of lowest key
     ``client_keys(seed, round_, stream, ...)``, never the client itself.
     ``allowed(lo, hi)`` gives the bool ``[hi - lo, n]`` allowed items of rows
-    lo..hi (None: every other client), so that no ``[C, n]`` mask need
-    exist; rows go in chunks of at most :data:`CHOOSE_CHUNK_ELEMENTS` keys.
+    lo..hi, so that no ``[C, n]`` mask need exist (a bool ``[C, n]`` mask is
+    read a chunk of rows at a time; None: every other client); rows go in chunks of at most :data:`CHOOSE_CHUNK_ELEMENTS` keys.
     Returns ``(idx [C, kk], valid [C, kk])``, kk = min(k, n): each row's
     chosen items in increasing order, then padding (0, valid False) where
     fewer than k were allowed.  The same items as :func:`choose_from_mask`
@@ -137,7 +137,8 @@ def choose_indices(
         hi = min(C, lo + step)
         keys = client_keys(seed, round_, stream, clients[lo:hi], n)
         if allowed is not None:
-            keys = torch.where(allowed(lo, hi).to(keys.device), keys, torch.full_like(keys, 2.0))  # sort last
+            ok = allowed[lo:hi] if isinstance(allowed, torch.Tensor) else allowed(lo, hi)
+            keys = torch.where(ok.to(keys.device), keys, torch.full_like(keys, 2.0))  # disallowed sort last
         keys[torch.arange(hi - lo, device=keys.device), clients[lo:hi]] = 2.0   # never the client itself
         low, top = torch.topk(keys, kk, dim=1, largest=False)
         ok = low < 2.0
@@ -151,7 +152,8 @@ def choose_indices(
 def choose_from_mask(
     seed: int, round_: int, stream: str, clients: torch.Tensor, allowed: torch.Tensor, k: int
 ) -> torch.Tensor:
-    """Draw up to k items uniformly without replacement from each row's allowed set.
+    """Draw up to k items uniformly without replacement from each row's allowed set (the plain whole-mask
+    form of :func:`choose_indices`, its reference in the tests).
 
     ``allowed`` is a bool [C, n] mask; returns a bool [C, n] mask with
     min(k, allowed.sum(1)) True entries per row.  Each row depends only on

@@ -18,7 +18,6 @@ def test_peer_index_by_hand():
     assert p.counts().tolist() == [2, 0, 2] and peer_counts(mask).tolist() == [2, 0, 2]
     assert torch.equal(p.mask(), mask) and torch.equal(as_mask(p), mask) and as_mask(mask) is mask
     assert torch.equal(as_indices(p)[0], mask_indices(mask)[0])
-    assert torch.equal(p.rows(2, 3).mask(), mask[2:])
     e = PeerIndex.empty(2, 5)
     assert e.shape == (2, 5) and e.counts().tolist() == [0, 0] and not e.mask().any()
     with pytest.raises(ValueError, match=r"\[C, m\]"):

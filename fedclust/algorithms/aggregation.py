@@ -10,7 +10,7 @@ import math
 import torch
 
 from fedclust import rng
-from fedclust.peers import PeerIndex, as_indices, mask_indices
+from fedclust.peers import PeerIndex, as_indices
 
 
 def mixing_matrix(neighbors: torch.Tensor, self_mask: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -49,12 +49,6 @@ def gossip(neighbors, own_ids: torch.Tensor, all_models: torch.Tensor, path: str
         mask = neighbors.mask() if isinstance(neighbors, PeerIndex) else neighbors
         return mixing_matrix(mask, own_mask(own_ids, n), all_models.dtype) @ all_models
     return sparse_gossip(neighbors, own_ids, all_models)
-
-
-def indices_mask(idx: torch.Tensor, keep: torch.Tensor, n: int) -> torch.Tensor:
-    """Bool ``[C, n]`` True at ``idx[c, s]`` where ``keep[c, s]``: the inverse
-    of :func:`fedclust.peers.mask_indices` (entries not kept, padding included, set nothing)."""
-    return PeerIndex(idx, keep, n).mask()
 
 
 def gossip_bags(neighbors, own_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from fedclust import rng
-from fedclust.algorithms.aggregation import indices_mask
 from fedclust.peers import PeerIndex, mask_indices
 
 
@@ -45,13 +43,13 @@ def top_k_of_pool(values: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor, 
     first = torch.sort(valid.gather(1, order).to(torch.int8), dim=1, descending=True, stable=True).indices
     pick = order.gather(1, first[:, :min(k, idx.shape[1])])
     # padding is picked only by rows with fewer than k entries, and sets nothing
-    return indices_mask(idx.gather(1, pick), valid.gather(1, pick), n)
+    return PeerIndex(idx.gather(1, pick), valid.gather(1, pick), n).mask()
 
 
 def draw_candidates(seed: int, round_: int, client_ids: torch.Tensor, n: int, l: int,
                     stream: str = "candidates") -> torch.Tensor:
     """l candidates per client drawn uniformly from the n - 1 other clients (bool ``[C, n]``)."""
-    return PeerIndex(*rng.choose_indices(seed, round_, stream, client_ids, n, l), n).mask()
+    return PeerIndex.draw(seed, round_, stream, client_ids, n, l).mask()
 
 
 def cni_pool(candidates: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:

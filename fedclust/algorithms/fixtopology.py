@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import torch
 
-from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
 from fedclust.algorithms.registry import register
 from fedclust.peers import PeerIndex, mask_indices
@@ -33,8 +32,8 @@ class FixTopology(PeerAlgorithm):
         return cls(k=cfg.algorithm.k)
 
     def init(self, ctx: Context) -> FixTopologyState:
-        idx, _ = rng.choose_indices(ctx.seed, 0, "fixed", ctx.client_ids.to(ctx.device), ctx.n, self.k)
-        return FixTopologyState(idx)   # k < n (checked), so every row has k peers
+        drawn = PeerIndex.draw(ctx.seed, 0, "fixed", ctx.client_ids.to(ctx.device), ctx.n, self.k)
+        return FixTopologyState(drawn.idx)   # k < n (checked), so every row has k peers
 
     def select(self, state: FixTopologyState, ctx: Context, view: RoundView):
         return state, PeerIndex(state.peers, torch.ones_like(state.peers, dtype=torch.bool), ctx.n)

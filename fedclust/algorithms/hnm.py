@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 
-from fedclust import rng
 from fedclust.peers import PeerIndex, mask_indices
 
 MAX_EM_STEPS = 100
@@ -117,9 +116,8 @@ def hnm_draw(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.
     and l uniform neighbours (all of ``N_i`` if it has ≤ l).  The draws read
     ``neighbors`` a chunk of rows at a time (no [C, n] temporaries)."""
     n = neighbors.shape[1]
-    cand = rng.choose_indices(seed, round_, "hnm_candidates", client_ids, n, l, lambda lo, hi: ~neighbors[lo:hi])
-    sample = rng.choose_indices(seed, round_, "hnm_sample", client_ids, n, l, lambda lo, hi: neighbors[lo:hi])
-    return PeerIndex(*cand, n).mask(), PeerIndex(*sample, n).mask()
+    cand = PeerIndex.draw(seed, round_, "hnm_candidates", client_ids, n, l, lambda lo, hi: ~neighbors[lo:hi])
+    return cand.mask(), PeerIndex.draw(seed, round_, "hnm_sample", client_ids, n, l, neighbors).mask()
 
 
 def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor,
@@ -159,6 +157,4 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
 
 def draw_average(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor, k: int) -> PeerIndex:
     """Whom to average with this round of stage two: k uniform from ``N_i`` (all if fewer), as index lists."""
-    n = neighbors.shape[1]
-    return PeerIndex(*rng.choose_indices(seed, round_, "neighbors", client_ids, n, k, lambda lo, hi: neighbors[lo:hi]),
-                     n)
+    return PeerIndex.draw(seed, round_, "neighbors", client_ids, neighbors.shape[1], k, neighbors)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
 from fedclust.algorithms.registry import register
 from fedclust.data import registry as data_registry
@@ -48,5 +47,4 @@ class Oracle(PeerAlgorithm):
     def select(self, state: None, ctx: Context, view: RoundView):
         """Stateless: the true same-cluster peers are read from ``ctx.clusters`` each round (no [C, n] state)."""
         ids = ctx.client_ids.to(ctx.device)
-        return state, PeerIndex(*rng.choose_indices(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k,
-                                                    same_cluster_rows(ctx)), ctx.n)
+        return state, PeerIndex.draw(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k, same_cluster_rows(ctx))

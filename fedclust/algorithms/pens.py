@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows, round_only
 from fedclust.algorithms.cni import draw_candidates, top_k_of_pool
 from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_counts, from_matrix
@@ -166,10 +165,7 @@ class PENS(PeerAlgorithm):
             fixed, fell_back = fixed_list(chosen, state.last_topk, self.pens.empty_list)
             state = dataclasses.replace(state, fixed=fixed, fell_back=fell_back, formed=True)
         draw = self.pens.stage2_neighbours or self.k
-        fixed = state.fixed
-        chosen = rng.choose_indices(ctx.seed, t, "pens", ctx.client_ids.to(ctx.device), ctx.n, draw,
-                                    lambda lo, hi: fixed[lo:hi])
-        return state, PeerIndex(*chosen, ctx.n)
+        return state, PeerIndex.draw(ctx.seed, t, "pens", ctx.client_ids.to(ctx.device), ctx.n, draw, state.fixed)
 
     def contacted(self, state: PensState, round_: int) -> torch.Tensor | None:
         """Stage one fetches the l candidates' models to rank them; stage two none beyond the averaged."""

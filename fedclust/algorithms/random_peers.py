@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
 from fedclust.algorithms.registry import register
 from fedclust.peers import PeerIndex
@@ -27,4 +26,4 @@ class RandomPeers(PeerAlgorithm):
 
     def select(self, state, ctx: Context, view: RoundView):
         ids = ctx.client_ids.to(ctx.device)
-        return state, PeerIndex(*rng.choose_indices(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k), ctx.n)
+        return state, PeerIndex.draw(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k)
