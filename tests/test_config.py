@@ -183,6 +183,7 @@ OUT_OF_RANGE = {
     "fpfc.rho": ("8", ["algorithm.name=fpfc"]),     # not above max(2*2/0.5, 2/2.7) = 8
     "fpfc.nu": ("-1", ["algorithm.name=fpfc"]),
     "fpfc.scale_to_model": ("maybe", ["algorithm.name=fpfc"]),
+    "fpfc.reset_theta": ("sometimes", ["algorithm.name=fpfc"]),
     "fpfc.mode": ("authors", ["algorithm.name=fpfc"]),
     "fpfc.evaluate": ("mean", ["algorithm.name=fpfc"]),
     "fpfc.fuse": ("body", ["algorithm.name=fpfc"]),

@@ -36,13 +36,16 @@ def official_theta(delta, lam, a, xi, rho):
     return delta
 
 
-def official_server(omega, theta, V, selected, lam, a, xi, rho):
-    """The official server step, in its order: for each participant i (in the order drawn) and every j,
+def official_server(omega, theta, V, selected, lam, a, xi, rho, reset=False):
+    """The official server step, in its order (``reset``: θ a fresh zero array first, as the LABELSWAP
+    server; its Synthetic server keeps θ): for each participant i (in the order drawn) and every j,
     δ = ω_i − ω_j + V_ij/ρ, θ_ij from δ, θ_ji = −θ_ij, V_ij += ρ(ω_i − ω_j − θ_ij), V_ji = −V_ij; then
     ζ_i = 1/m Σ_j (ω_j + θ_ij − V_ij/ρ), which the code computes at the start of the next round.  Returns
     ζ and the ‖δ‖ of every step."""
     n = omega.shape[0]
     steps = []
+    if reset:
+        theta.zero_()
     for i in selected:
         for j in range(n):
             delta = omega[i] - omega[j] + V[i, j] / rho
@@ -68,32 +71,42 @@ def _omegas(n, P, rounds, seed=0):
     return [centre + 0.3 * torch.randn(n, P, generator=g, dtype=torch.float64) for _ in range(rounds)]
 
 
-def test_official_mode_steps_as_the_official_server_loop():
+@pytest.mark.parametrize("reset", [False, True])
+def test_official_mode_steps_as_the_official_server_loop(reset):
     """Five rounds of 50% participation, float64: fedclust's θ, v and ζ equal the official loop's to
-    rounding, every piece of the θ-step taken, pairs with both ends participating stepped twice."""
+    rounding, every piece of the θ-step taken, pairs with both ends participating stepped twice.  With
+    ``fpfc.reset_theta`` the loop zeroes θ before each server step: a pair not stepped reads θ = 0 in ζ
+    and in the clusters, fedclust's stored θ (and so v = c·θ) kept."""
     n, P, p = 7, 5, 0.5
     ctx = _ctx(n, P)
     cfg = fpfc.FpfcConfig(lam=LAM, a=A, xi=XI, rho=RHO, nu=0.1, scale_to_model=False, mode="official",
-                          evaluate="own")
+                          evaluate="own", reset_theta=reset)
     algo = fpfc.Fpfc(cfg, participation=p, rounds=5)
     state = algo.init(ctx)
     omega = torch.zeros(n, P, dtype=torch.float64)
     theta, V = torch.zeros(n, n, P, dtype=torch.float64), torch.zeros(n, n, P, dtype=torch.float64)
     i, j = fpfc.pair_index(n)
-    seen = []
+    seen, resets = [], 0
     for t, after in enumerate(_omegas(n, P, 5), start=1):
         state, res = algo.aggregate(state, ctx, RoundView(round=t, before=None, after=after, all_after=after))
         active = participants(ctx.seed, t, n, p, after.device)
         omega = torch.where(active[:, None], after, omega)
-        zeta, steps = official_server(omega, theta, V, torch.nonzero(active).flatten().tolist(), LAM, A, XI, RHO)
+        zeta, steps = official_server(omega, theta, V, torch.nonzero(active).flatten().tolist(), LAM, A, XI, RHO,
+                                      reset)
         seen.append(steps)
-        assert torch.allclose(state.theta, theta[i, j], rtol=0, atol=1e-12)
+        stepped = active[i] | active[j]
+        read = torch.where(stepped[:, None], state.theta, torch.zeros_like(state.theta)) if reset else state.theta
+        assert torch.allclose(read, theta[i, j], rtol=0, atol=1e-12)
+        assert torch.equal(state.labels, fpfc.threshold_labels(theta.norm(dim=-1), 0.1))
+        if reset:
+            resets += int((~stepped & (state.theta.norm(dim=1) > 0)).sum())
         assert torch.allclose(state.v, V[i, j], rtol=0, atol=1e-12)
         assert torch.allclose(state.zeta, zeta, rtol=0, atol=1e-12)
         assert torch.equal(res.models, omega)                  # evaluate=own: each client its own ω_i
     r = torch.cat(seen)
     r = r[r > 0]
     assert set(sum((r > k).long() for k in KNOTS).tolist()) == {0, 1, 2, 3}
+    assert resets > 0 or not reset     # some pair held a θ ≠ 0 when a round left it unstepped: the reset mattered
 
 
 def test_paper_mode_steps_a_pair_of_two_participants_once():
@@ -116,10 +129,10 @@ def test_paper_mode_steps_a_pair_of_two_participants_once():
     assert float((steps["official"] - steps["paper"]).abs().max()) > 0.1   # the second step matters
 
 
-@pytest.mark.parametrize("world,chunk", [(2, None), (3, 1)])
-def test_official_steps_give_the_same_bits_on_any_number_of_ranks(world, chunk):
-    """The second step keeps ζ's sums exact (its bound, :func:`fpfc.pair_bounds`): 1 and several simulated
-    ranks, float32, give the same bits."""
+@pytest.mark.parametrize("world,chunk,reset", [(2, None, False), (3, 1, False), (3, 1, True)])
+def test_official_steps_give_the_same_bits_on_any_number_of_ranks(world, chunk, reset):
+    """The second step keeps ζ's sums exact (its bound, :func:`fpfc.pair_bounds`), and so does the reset
+    term −(c/ρ)·θ: 1 and several simulated ranks, float32, give the same bits."""
     n, P = 9, 11
     g = torch.Generator().manual_seed(2)
     omegas = [torch.randn(n, P, generator=g) * (0.1 + 0.5 * k) for k in range(4)]
@@ -130,7 +143,8 @@ def test_official_steps_give_the_same_bits_on_any_number_of_ranks(world, chunk):
         out = []
         for omega, active in zip(omegas, actives):
             total = sum(fpfc.shard_sweep_(omega, s["rows"], s["diam"], s["ratio"], s["norms"], s["first"], active,
-                                          LAM, A, XI, RHO, chunk_pairs=chunk, twice=True) for s in ranks)
+                                          LAM, A, XI, RHO, chunk_pairs=chunk, twice=True, reset=reset)
+                        for s in ranks)
             zeta = torch.cat([fpfc.shard_finish(total.clone(), omega, s["ratio"], s["norms"], s["first"],
                                                 s["count"]) for s in ranks])
             out.append((zeta, ranks[0]["norms"].clone(), torch.cat([s["rows"] for s in ranks])))
@@ -253,6 +267,7 @@ def test_official_config_files_load_as_the_code_runs(capsys):
             fm.train.momentum) == (20, 0.5, 200, 100, 10, 0.0)
     assert (fm.fpfc.lam, fm.fpfc.xi, fm.fpfc.rho, fm.fpfc.evaluate) == (0.4, 0.001, 1.0, "own")
     assert (fm.fpfc.fuse, syn.fpfc.fuse) == ("head", "all")   # LABELSWAP fuses the head; Synthetic's model is one layer
+    assert (fm.fpfc.reset_theta, syn.fpfc.reset_theta) == (True, False)   # LABELSWAP's fresh θ; Synthetic keeps it
     # the code's lr: 0.01, times 0.9 before rounds 0, 5, 10, ... (0-based)
     lr, want = 0.01, []
     for it in range(200):
@@ -334,15 +349,16 @@ def test_average_body_by_hand():
     assert torch.equal(fpfc.average_body_(omega.clone(), torch.tensor([True, False, True]), 0), omega)
 
 
-def official_labelswap_round(models, theta, V, selected, x, y, orders, lr, batch, head_names):
+def official_labelswap_round(models, theta, V, selected, x, y, orders, lr, batch, head_names, reset=False):
     """One round of the official LABELSWAP code (FLAlgorithms/FPFC.py), written plainly per client with
     one module each: W_old = every model's head; each participant i, in turn, gets
     ζ_i = 1/m Σ_j (W_old_j + θ_ij − V_ij/ρ) and trains (client(): plain SGD, no momentum, the head's
     gradient plus ρ(ω − ζ_i), the body's alone); server(): the pairs of every participant and every j
     stepped over the heads (official_server; the code's [classes, dim + 1] head matrix is a permutation of
     the flat weight-then-bias head, and the θ-step is norm-based, so the same numbers), then the
-    participants' bodies replaced by their plain mean.  θ is kept between rounds, as Algorithm 1 (the code's
-    fresh zero θ each round is docs/algorithms.md's difference (e)).  Returns the next round's ζ."""
+    participants' bodies replaced by their plain mean.  ``reset``: θ a fresh zero array before each server
+    step, as the code (``fpfc.reset_theta``); else kept between rounds, as Algorithm 1.  Returns the next
+    round's ζ."""
     def head(m):
         return torch.cat([p.detach().reshape(-1) for name, p in m.named_parameters() if name in head_names])
 
@@ -362,7 +378,7 @@ def official_labelswap_round(models, theta, V, selected, x, y, orders, lr, batch
                     for (name, p), g in zip(models[i].named_parameters(), grads):
                         p -= lr * (g + RHO * (p - centre[name])) if name in head_names else lr * g
     heads = torch.stack([head(m) for m in models])
-    zeta, _ = official_server(heads, theta, V, selected, LAM, A, XI, RHO)
+    zeta, _ = official_server(heads, theta, V, selected, LAM, A, XI, RHO, reset)
     with torch.no_grad():
         for name, p in models[0].named_parameters():
             if name not in head_names:
@@ -372,7 +388,8 @@ def official_labelswap_round(models, theta, V, selected, x, y, orders, lr, batch
     return zeta
 
 
-def test_head_fusion_trains_and_steps_as_the_official_labelswap_round():
+@pytest.mark.parametrize("reset", [False, True])
+def test_head_fusion_trains_and_steps_as_the_official_labelswap_round(reset):
     """Four rounds, 6 clients of a small MLP, 50% participation, float64: fedclust's plan (the proximal
     term on the head only), its engine's local training and its aggregate (pairs over the head, bodies
     averaged) give every client's model and ζ of the plain per-client rewrite of the official round."""
@@ -395,7 +412,7 @@ def test_head_fusion_trains_and_steps_as_the_official_labelswap_round():
     ctx = Context(n=n, client_ids=torch.arange(n), clusters=None, seed=3, stage1_rounds=0, w0=w0,
                   device=torch.device("cpu"))
     cfg = fpfc.FpfcConfig(lam=LAM, a=A, xi=XI, rho=RHO, nu=0.1, scale_to_model=False, mode="official",
-                          evaluate="own", fuse="head")
+                          evaluate="own", fuse="head", reset_theta=reset)
     algo = fpfc.Fpfc(cfg, participation=p, rounds=4, prox_layers=names, first=first)
     state = algo.init(ctx)
     assert state.zeta.shape == (n, layout.numel - first) and state.theta_rows.shape[-1] == layout.numel - first
@@ -412,7 +429,7 @@ def test_head_fusion_trains_and_steps_as_the_official_labelswap_round():
         state, res = algo.aggregate(state, ctx, RoundView(round=t, before=None, after=flat, all_after=flat))
         active = participants(ctx.seed, t, n, p)
         selected = torch.nonzero(active).flatten().tolist()
-        zeta = official_labelswap_round(models, theta, V, selected, x, y, orders, lr, batch, names)
+        zeta = official_labelswap_round(models, theta, V, selected, x, y, orders, lr, batch, names, reset)
         want = torch.stack([layout.flatten(m) for m in models])
         assert torch.allclose(state.omega, want, rtol=0, atol=1e-10)
         assert torch.allclose(state.zeta, zeta, rtol=0, atol=1e-10)

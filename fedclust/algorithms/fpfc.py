@@ -439,7 +439,7 @@ def compact_pair_update(
 
 def pair_bounds(omega: torch.Tensor, mean: torch.Tensor, ratio: torch.Tensor, norms: torch.Tensor,
                 updated: torch.Tensor, owner: torch.Tensor, partner: torch.Tensor, rho: float,
-                again: torch.Tensor | None = None) -> torch.Tensor:
+                again: torch.Tensor | None = None, reset: bool = False) -> torch.Tensor:
     """Float64 ``[E]``: a bound on every coordinate of each pair's ζ term
     ``u = θ − v/ρ = (1 − c/ρ)·θ`` after this round's step, from what every
     rank holds (ω, and c and ‖θ‖ of every pair), so that all ranks compute it
@@ -450,10 +450,11 @@ def pair_bounds(omega: torch.Tensor, mean: torch.Tensor, ratio: torch.Tensor, no
     ``a_i = max_p |ω_ip − mean_p|``; a pair kept as it is has
     ``|u_p| ≤ |1 − c/ρ|·‖θ‖``.  A pair stepped a second time (``again``,
     :func:`shard_sweep_`) has ``δ₂ = ω_i − ω_j + (1 − t₁)·δ₁``, so ``|u''_p| ≤
-    |δ₂_p| ≤ 2(a_i + a_j) + |c|/ρ·‖θ‖``.  Float rounding is left to
-    :func:`zeta_units`' margin."""
+    |δ₂_p| ≤ 2(a_i + a_j) + |c|/ρ·‖θ‖``.  With ``reset`` a pair not stepped
+    reads θ = 0 and keeps v: ``u = −(c/ρ)·θ``, ``|u_p| ≤ |c|/ρ·‖θ‖``.  Float
+    rounding is left to :func:`zeta_units`' margin."""
     dev = (omega - mean).abs_().amax(dim=1).to(torch.float64)       # a_i
-    kept = (1 - ratio / rho).abs() * norms
+    kept = kept_coef(ratio, rho, reset).abs() * norms
     spread = dev[owner] + dev[partner]
     moved = spread + (ratio / rho).abs() * norms
     if again is not None:
@@ -481,6 +482,14 @@ def zeta_units(n: int, bounds: torch.Tensor, owner: torch.Tensor, partner: torch
     return torch.where(torch.isfinite(top) & (top > 0), unit, torch.ones_like(top))
 
 
+def kept_coef(ratio: torch.Tensor, rho: float, reset: bool) -> torch.Tensor:
+    """The ζ term's factor ``u = coef·θ`` of a pair this round does not step:
+    ``1 − c/ρ`` (θ and ``v = c·θ`` kept, Algorithm 1), or with ``reset``
+    ``−c/ρ`` (the official LABELSWAP server's fresh zero θ every round: the
+    pair reads θ = 0 and keeps its v until it is stepped again)."""
+    return -(ratio / rho) if reset else 1 - ratio / rho
+
+
 def add_zeta_terms_(acc: torch.Tensor, theta: torch.Tensor, coef: torch.Tensor, unit: torch.Tensor,
                     owner: torch.Tensor, partner: torch.Tensor) -> None:
     """Add pairs' ζ terms ``u = coef·θ`` (``coef = 1 − c/ρ``, float64 ``[m]``)
@@ -498,11 +507,12 @@ def add_zeta_terms_(acc: torch.Tensor, theta: torch.Tensor, coef: torch.Tensor, 
 def _sweep_(omega: torch.Tensor, theta: torch.Tensor, ratio: torch.Tensor, norms: torch.Tensor,
             owner: torch.Tensor, partner: torch.Tensor, updated: torch.Tensor, adds: torch.Tensor,
             unit: torch.Tensor, acc: torch.Tensor, lam: float, a: float, xi: float, rho: float, step: int,
-            again: torch.Tensor | None = None) -> None:
+            again: torch.Tensor | None = None, reset: bool = False) -> None:
     """One pass over some pairs ``[M]``: the server step for the ``updated``
     ones (``theta [M, P]``, ``ratio``, ``norms [M]`` in place), a second step
     for those in ``again`` (a subset of ``updated``; None: none), and the ζ
-    terms of the pairs in ``adds`` into ``acc``; chunks of ``step`` pairs."""
+    terms of the pairs in ``adds`` into ``acc`` (those not stepped with
+    :func:`kept_coef`); chunks of ``step`` pairs."""
     todo = torch.nonzero(updated | adds).flatten()
     for start in range(0, todo.numel(), step):   # chunks of pairs, not clients
         e = todo[start:start + step]
@@ -518,17 +528,20 @@ def _sweep_(omega: torch.Tensor, theta: torch.Tensor, ratio: torch.Tensor, norms
                                                                  ratio[u], lam, a, xi, rho)
                 theta[u] = th_new
                 th[up] = th_new
+        coef = 1 - ratio[e] / rho
+        if reset:
+            coef = torch.where(updated[e], coef, kept_coef(ratio[e], rho, True))
         if bool(keep.all()):
-            add_zeta_terms_(acc, th, 1 - ratio[e] / rho, unit[e], owner[e], partner[e])
+            add_zeta_terms_(acc, th, coef, unit[e], owner[e], partner[e])
         elif bool(keep.any()):
-            k = e[keep]
-            add_zeta_terms_(acc, th[keep], 1 - ratio[k] / rho, unit[k], owner[k], partner[k])
+            add_zeta_terms_(acc, th[keep], coef[keep], unit[e[keep]], owner[e[keep]], partner[e[keep]])
 
 
 def shard_sweep_(
     omega: torch.Tensor, theta_rows: torch.Tensor, theta_diam: torch.Tensor, ratio: torch.Tensor,
     norms: torch.Tensor, first: int, active: torch.Tensor | None,
     lam: float, a: float, xi: float, rho: float, chunk_pairs: int | None = None, twice: bool = False,
+    reset: bool = False,
 ) -> torch.Tensor:
     """One rank's part of the server step of FPFC paper Algorithm 1 in the
     compact layout; :func:`sum_over_ranks` of what it returns, then
@@ -544,7 +557,10 @@ def shard_sweep_(
     twice, as the authors' code does (``fpfc.mode=official``: its server loops
     over the participants i and every j, so such a pair is stepped from i's
     side, then from j's; θ's step is odd in δ, so the second is one more
-    step of the same pair).  Returns the float64 buffer ``[n·P + 2·n·K]``: this rank's
+    step of the same pair).  ``reset``: a pair not stepped this round reads
+    θ = 0 in ζ, its v kept (:func:`kept_coef`; ``fpfc.reset_theta``, the
+    official LABELSWAP server); its stored θ and c, and so v = c·θ and its
+    next step, are unchanged.  Returns the float64 buffer ``[n·P + 2·n·K]``: this rank's
     exact partial ζ sums (its rows' pairs, and the diametric pairs its
     clients own) and its rows' new c and ‖θ‖ (zeros elsewhere).
     """
@@ -564,7 +580,7 @@ def shard_sweep_(
     updated = active[owner] | active[partner]
     again = active[owner] & active[partner] if twice else None
     mean = omega.mean(dim=0)
-    unit_client = zeta_units(n, pair_bounds(omega, mean, ratio, norms, updated, owner, partner, rho, again),
+    unit_client = zeta_units(n, pair_bounds(omega, mean, ratio, norms, updated, owner, partner, rho, again, reset),
                              owner, partner)
     unit = torch.maximum(unit_client[owner], unit_client[partner])
     buffer = torch.zeros(n * P + 2 * n * K, dtype=torch.float64, device=omega.device)
@@ -573,11 +589,11 @@ def shard_sweep_(
     rows = slice(first * K, (first + C) * K)
     _sweep_(omega, theta_rows.view(C * K, P), ratio[rows], norms[rows], owner[rows], partner[rows], updated[rows],
             torch.ones(C * K, dtype=torch.bool, device=omega.device), unit[rows], acc, lam, a, xi, rho, step,
-            None if again is None else again[rows])
+            None if again is None else again[rows], reset)
     diam = slice(n * K, E)   # every rank steps them alike; the rank of the owner adds their terms
     mine = (owner[diam] >= first) & (owner[diam] < first + C)
     _sweep_(omega, theta_diam, ratio[diam], norms[diam], owner[diam], partner[diam], updated[diam], mine,
-            unit[diam], acc, lam, a, xi, rho, step, None if again is None else again[diam])
+            unit[diam], acc, lam, a, xi, rho, step, None if again is None else again[diam], reset)
     stats = buffer[n * P:].view(2, n * K)
     stats[0, rows], stats[1, rows] = ratio[rows], norms[rows]
     return buffer
@@ -605,6 +621,21 @@ def shard_finish(buffer: torch.Tensor, omega: torch.Tensor, ratio: torch.Tensor,
     ratio[:n * K], norms[:n * K] = stats[0], stats[1]
     acc = buffer[:n * P].view(n, P)[first:first + count]
     return (omega.mean(dim=0).to(torch.float64) + acc / n).to(omega.dtype)
+
+
+def stepped_pairs(n: int, active: torch.Tensor) -> torch.Tensor:
+    """Bool ``[E]`` in :func:`slot_pairs`' order: the pairs a round with
+    participants ``active`` (bool ``[n]``) steps, those with at least one
+    active end."""
+    owner, partner = slot_pairs(n, active.device)
+    return active[owner] | active[partner]
+
+
+def read_norms(norms: torch.Tensor, n: int, active: torch.Tensor, reset: bool) -> torch.Tensor:
+    """Every pair's ``‖θ‖`` as the round's clusters read it (float64 ``[E]``):
+    the stored norms, or with ``reset`` (``fpfc.reset_theta``) 0 for the pairs
+    this round did not step (:func:`stepped_pairs`), whose θ reads 0."""
+    return torch.where(stepped_pairs(n, active), norms, torch.zeros_like(norms)) if reset else norms
 
 
 def slot_norm_matrix(norms: torch.Tensor, n: int) -> torch.Tensor:
@@ -819,6 +850,10 @@ class FpfcConfig:
     fuse: str = option("all", "what the pairs fuse: all (the whole model) or head (the model's last layer, with "
                               "the local proximal term on it alone; the body is the round's participants' plain "
                               "mean: the official MNIST/FMNIST code)")
+    reset_theta: bool = option(False, "false: a pair neither of whose ends takes part in a round keeps its theta "
+                                      "(Algorithm 1); true: it reads theta = 0, its v kept, until it is stepped "
+                                      "again (the official MNIST/FMNIST code's server makes a fresh zero theta "
+                                      "every round); matters only with participation < 1")
 
     def validate(self, cfg) -> None:
         one_of("fpfc.mode", self.mode, set(MODES), "paper (Theorem 1 enforced) or official (as the authors' code)")
@@ -937,11 +972,11 @@ class Fpfc(Algorithm):
         first, count = ctx.own_rows.start, len(ctx.client_ids)
         official = f.mode == "official"
         buffer = shard_sweep_(fused, state.theta_rows, state.theta_diam, state.ratio, state.norms, first, active,
-                              lam, f.a, xi, f.rho, twice=official)
+                              lam, f.a, xi, f.rho, twice=official, reset=f.reset_theta)
         zeta_own = shard_finish(sum_over_ranks(buffer), fused, state.ratio, state.norms, first, count)
         del fused
         del buffer
-        norms = slot_norm_matrix(state.norms, ctx.n)
+        norms = slot_norm_matrix(read_norms(state.norms, ctx.n, active, f.reset_theta), ctx.n)
         if official:   # the code's threshold(): groups of equal neighbour lists, means taken group after group
             labels = threshold_labels(norms, nu)
             held = held_models(ctx, omega, labels, f.evaluate, view.round == self.rounds,
