@@ -877,7 +877,8 @@ class FpfcState:
     and one scalar c per pair, ``v = c·θ``, the pairs split between the
     clients' rows; computed from the gathered ω.  :attr:`theta` and :attr:`v`
     give Algorithm 1's literal ``[E, P]`` pair arrays where this rank holds
-    every client."""
+    every client.  With ``fpfc.reset_theta`` a pair the last round did not
+    step keeps its last θ here (v = c·θ), and reads as θ = 0 (:func:`read_norms`)."""
 
     omega: torch.Tensor                       # [n, P] every client's latest ω
     zeta: torch.Tensor = client_rows()        # [C, P] ζ_i of this rank's clients
@@ -955,7 +956,9 @@ class Fpfc(Algorithm):
         ``fpfc.evaluate`` names (:func:`held_models`).  ``fpfc.fuse=head``: the
         pairs and ζ cover the head's columns; the participants' bodies become
         their plain mean (:func:`average_body_`; the pairs never read the
-        body, so that it follows their step, as in the code, changes nothing)."""
+        body, so that it follows their step, as in the code, changes nothing).
+        ``fpfc.reset_theta``: the pairs not stepped read θ = 0 in ζ and the
+        clusters (:func:`kept_coef`, :func:`read_norms`)."""
         f, after, head = self.fpfc, view.all_after, self.first
         active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device)
         scale = state.scale
