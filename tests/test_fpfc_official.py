@@ -240,6 +240,14 @@ def test_paper_mode_refuses_what_official_mode_warns_about():
     assert e.value.field == "fpfc.rho" and "1200" in e.value.fix
 
 
+def test_reset_theta_with_everyone_taking_part_warns_that_it_changes_nothing(capsys):
+    load_config(None, OFFICIAL + ["fpfc.reset_theta=true", "participation=0.5"])
+    assert "reset_theta" not in capsys.readouterr().err
+    load_config(None, OFFICIAL + ["fpfc.reset_theta=true", "participation=1.0"])
+    err = capsys.readouterr().err
+    assert "fpfc.reset_theta=true changes nothing with participation = 1" in err and "0.5" in err
+
+
 def test_official_mode_still_refuses_a_theta_step_without_a_unique_solution(capsys):
     """ρ(a − 1) > 1 is what the closed form needs: ρ = 0.3, a = 3.7 gives 0.81."""
     with pytest.raises(ConfigError) as e:

@@ -866,6 +866,9 @@ class FpfcConfig:
                 print(f"fedclust: warning: {warning}", file=sys.stderr)
         else:
             check_theorem1(self.lam, self.a, self.xi, self.rho)
+        if self.reset_theta and cfg.participation >= 1:
+            print("fedclust: warning: fpfc.reset_theta=true changes nothing with participation = 1 (every pair is "
+                  "stepped every round); set participation below 1, as the official code's 0.5", file=sys.stderr)
         finite("fpfc.nu", self.nu, "the cluster threshold must be a finite number >= 0 (paper: in [xi, 0.5])",
                strict=False)
         check_fpfc_memory(cfg)
