@@ -78,7 +78,8 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
         "stage": 1 if t <= cfg.stage1_rounds else 2,
         "accuracy": 100.0 * float(acc_all.mean()),
         "loss": float(loss_all.mean()),
-        "train_loss": float(outcome.all_loss.double().mean()),
+        "train_loss": float((outcome.all_loss if outcome.trained is None
+                             else outcome.all_loss[outcome.trained]).double().mean()),
         "neighbor_precision": nanmean(prec_all) if has_lists else None,
         "neighbor_recall": nanmean(rec_all) if has_lists else None,
         # Theorem 1's quantity: the share of clients (with a list) whose listed neighbours are all same-cluster

@@ -289,7 +289,8 @@ DUE_BIT = 1    # this rank's checkpoint clock ran out
 @dataclass
 class RoundOutcome:
     result: RoundResult
-    all_loss: torch.Tensor       # [n] training loss of every client this round
+    all_loss: torch.Tensor       # [n] training loss of every client this round (NaN: it did not train)
+    trained: torch.Tensor | None  # [n] bool, the clients that trained this round; None: all
     seconds: float
     stop: bool                   # some rank was asked to stop
     checkpoint_due: bool         # some rank's checkpoint clock ran out
@@ -309,13 +310,17 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     # drawn where they are used (the hash and a stable sort give the same orders on any device)
     orders = rng.batch_orders(cfg.seed, t, s.ctx.client_ids, cfg.train.local_epochs, s.data.train_x.shape[1],
                               counts)
+    trains = plan.trains   # None: everyone; else only the round's participants train (the others' loss is NaN)
     train_loss = train_round(flat, s.layout, s.arch, s.data.train_x, s.data.train_y, orders, settings,
-                             anchor=plan.anchor, mu=plan.mu, counts=counts, prox_layers=plan.prox_layers)
+                             anchor=plan.anchor, mu=plan.mu, counts=counts, prox_layers=plan.prox_layers,
+                             train=None if trains is None else trains.cpu()[s.ctx.client_ids.cpu()])
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
     view, all_loss, all_flags = _exchange(s, t, flat, before, train_loss, flags)
     del before   # the view holds what the algorithm needs; it drops the models from before when done with them
-    bad = (~torch.isfinite(all_loss)).nonzero().flatten().tolist()
+    trained = None if trains is None else trains.to(all_loss.device)
+    diverged = ~torch.isfinite(all_loss) if trained is None else ~torch.isfinite(all_loss) & trained
+    bad = diverged.nonzero().flatten().tolist()
     if bad:
         raise DivergenceError(t, bad)
     algo_state, result = algo.aggregate(algo_state, ctx, view)
@@ -326,7 +331,8 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     if t == s.stage1_end:
         state.saved.update(_stage1_arrays(s, state))
     raised = int(all_flags.max()) if all_flags.numel() else 0
-    return RoundOutcome(result=result, all_loss=all_loss, seconds=time.time() - t0, stop=bool(raised & STOP_BIT),
+    return RoundOutcome(result=result, all_loss=all_loss, trained=trained, seconds=time.time() - t0,
+                        stop=bool(raised & STOP_BIT),
                         checkpoint_due=bool(raised & DUE_BIT))
 
 

@@ -429,3 +429,30 @@ def test_unequal_clients_train_at_their_own_width_bit_for_bit_in_any_grouping(ar
     ref = train._train_chunk_masked(padded, layout, arch, x, y, orders, s, None, 0.0, counts)
     torch.testing.assert_close(whole, padded, rtol=0, atol=1e-12)
     torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("arch,shape,path,unequal", [
+    ("mlp", (20,), "hand", False), ("mlp", (20,), "hand", True), ("cnn", SMALL_CNN, "hand", False),
+    ("mlp", (20,), "loop", False), ("mlp", (20,), "batched", True)])
+def test_only_the_rows_that_train_change_and_their_bits_are_the_whole_sets(arch, shape, path, unequal):
+    """``train=mask`` (the round's participants): the chosen rows end with the same bits and losses as when
+    every client trains, the others keep their weights and report a NaN loss; with equal and unequal counts,
+    the hand-written paths, the per-client loop and the vmap path."""
+    n, C = 12, 7
+    module, layout, flat, x, y = make(arch, shape, C, n)
+    net = arch if path == "hand" else train.ModuleNet(module, path)
+    counts = torch.tensor([3, 12, 7, 12, 5, 9, 12]) if unequal else None
+    orders = rng.batch_orders(1, 3, torch.arange(C), 2, n, counts)
+    s = TrainSettings(lr=0.05, batch_size=4, epochs=2, client_chunk=2, momentum=0.5)
+    mask = torch.tensor([True, False, True, True, False, False, True])
+    anchor = flat.clone()
+    whole, part = flat.clone(), flat.clone()
+    want = train_round(whole, layout, net, x, y, orders, s, anchor=anchor, mu=0.1, counts=counts)
+    got = train_round(part, layout, net, x, y, orders, s, anchor=anchor, mu=0.1, counts=counts, train=mask)
+    assert torch.equal(part[mask], whole[mask]) and torch.equal(got[mask], want[mask])
+    assert torch.equal(part[~mask], flat[~mask]) and bool(got[~mask].isnan().all())
+    none = flat.clone()
+    assert bool(train_round(none, layout, net, x, y, orders, s, train=torch.zeros(C, dtype=torch.bool)).isnan().all())
+    assert torch.equal(none, flat)
+    with pytest.raises(ValueError, match="bool"):
+        train_round(flat.clone(), layout, net, x, y, orders, s, train=mask.long())

@@ -146,3 +146,45 @@ def test_short_run_on_real_fashion_mnist(tmp_path):
     assert summary["rounds_completed"] == 3
     assert summary["final_accuracy"] > 50.0  # 10 classes: chance is 10%
     assert summary["neighbor_precision"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "ifca", "cfl", "fedgroup", "fedgrouprox", "fpfc"])
+def test_only_participants_train_and_nothing_else_changes(tmp_path, monkeypatch, name):
+    """participation=0.5: the algorithms train only the round's participants (RoundPlan.trains; FedGroup's
+    cold-start subset too in round 1).  Every metric but train_loss equals the run where every client trains
+    and the aggregate drops the others' models; train_loss is the participants' mean."""
+    import torch
+
+    import fedclust.runner as runner
+    from fedclust.algorithms.aggregation import participants
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+    from record import GOLDEN_OVERRIDES
+
+    calls = []
+
+    def everyone(*args, train=None, **kwargs):      # as before RoundPlan.trains: every client trains
+        calls.append(train)
+        return real(*args, **kwargs)
+
+    def records(out):
+        cfg = load_config(None, GOLDEN_OVERRIDES + [f"algorithm.name={name}", "participation=0.5", "rounds=7",
+                                                    f"out={out}"])
+        run(cfg, prepare(cfg))
+        return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+    real = runner.train_round
+    monkeypatch.setattr(runner, "train_round", everyone)
+    old = records(tmp_path / "all")
+    assert len(calls) == 7 and all(c is not None for c in calls)   # the algorithm asked for participants only
+    trains = calls
+    monkeypatch.setattr(runner, "train_round", real)
+    new = records(tmp_path / "participants")
+    for t, (a, b) in enumerate(zip(old, new), start=1):
+        skip = {"train_loss", "round_seconds"}
+        assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
+        assert b["train_loss"] == b["train_loss"]      # finite: the skipped clients' NaN are left out
+        share = participants(3, t, 8, 0.5)
+        assert int(trains[t - 1].sum()) >= int(share.sum()) and bool(trains[t - 1][share].all())
+        if name not in ("fedgroup", "fedgrouprox") or t > 1:
+            assert torch.equal(trains[t - 1], share)

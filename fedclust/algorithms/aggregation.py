@@ -130,6 +130,13 @@ def participants(seed: int, round_: int, n: int, share: float, device=None) -> t
     return mask.to(device)
 
 
+def trainers(seed: int, round_: int, n: int, share: float) -> torch.Tensor | None:
+    """``RoundPlan.trains`` of an algorithm whose aggregate reads the trained
+    models of the round's :func:`participants` alone: that mask (on the CPU),
+    or None (everyone trains) when ``share >= 1``."""
+    return None if share >= 1 else participants(seed, round_, n, share)
+
+
 def own(ctx, values: torch.Tensor) -> torch.Tensor:
     """Rows of an ``[n, ...]`` tensor that belong to this rank's clients."""
     return values[ctx.client_ids.to(values.device)]

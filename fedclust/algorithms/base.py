@@ -91,6 +91,9 @@ class RoundPlan:
     # names of the parameter tensors (ParamLayout.names) that carry the proximal term; None: all of them
     # (FPFC's fpfc.fuse=head: the classifier head only, the body trains plain)
     prox_layers: tuple[str, ...] | None = None
+    # bool [n], every client's, the same on every rank: the clients that train this round (the participants of
+    # an algorithm with participation < 1, whose aggregate reads no one else's trained model); None: all
+    trains: torch.Tensor | None = None
 
 
 @dataclass

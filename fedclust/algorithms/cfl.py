@@ -15,7 +15,7 @@ import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
-from fedclust.algorithms.aggregation import check_weights, cluster_average, own, participants
+from fedclust.algorithms.aggregation import check_weights, cluster_average, own, participants, trainers
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.registry import register
 from fedclust.data.validation import check_share
@@ -324,7 +324,8 @@ class Cfl(Algorithm):
             loss_b = ctx.pair_loss(state.models[sibling[rows]], rows)
             labels = labels.clone()
             labels[rows] = torch.where(loss_b < loss_a, sibling[rows], labels[rows])
-        return state, RoundPlan(start=state.models[labels])
+        return state, RoundPlan(start=state.models[labels], trains=trainers(ctx.seed, round_, ctx.n,
+                                                                           self.participation))
 
     def thresholds(self, reference_norm: float) -> tuple[float, float]:
         """This run's (ε1, ε2): the absolute values, or

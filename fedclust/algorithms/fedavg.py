@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedclust.algorithms.aggregation import participants, weighted_average
+from fedclust.algorithms.aggregation import participants, trainers, weighted_average
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.registry import register
 
@@ -53,7 +53,8 @@ class FedAvg(Algorithm):
 
     def plan(self, state: FedAvgState, ctx: Context, round_: int, models: torch.Tensor):
         start = state.model.expand(len(ctx.client_ids), -1)
-        return state, RoundPlan(start=start, anchor=start if self.mu > 0 else None, mu=self.mu)
+        return state, RoundPlan(start=start, anchor=start if self.mu > 0 else None, mu=self.mu,
+                                trains=trainers(ctx.seed, round_, ctx.n, self.participation))
 
     def aggregate(self, state: FedAvgState, ctx: Context, view: RoundView):
         active = participants(ctx.seed, view.round, ctx.n, self.participation, view.all_after.device)

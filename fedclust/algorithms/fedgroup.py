@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.aggregation import cluster_average, own, participants
+from fedclust.algorithms.aggregation import cluster_average, own, participants, trainers
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.fedprox import FedProxConfig
 from fedclust.algorithms.registry import register
@@ -328,7 +328,10 @@ class FedGroup(Algorithm):
 
     def plan(self, state: FedGroupState, ctx: Context, round_: int, models: torch.Tensor):
         start = self.starts(state, own(ctx, state.assignment))
-        return state, RoundPlan(start=start, anchor=start if self.mu > 0 else None, mu=self.mu)
+        trains = trainers(ctx.seed, round_, ctx.n, self.participation)
+        if trains is not None and round_ == 1:   # the cold start's subset S trains too (its pre-training)
+            trains = trains | cold_start_clients(ctx.seed, ctx.n, self.fedgroup.pretrain_scale * self.fedgroup.groups)
+        return state, RoundPlan(start=start, anchor=start if self.mu > 0 else None, mu=self.mu, trains=trains)
 
     def aggregate(self, state: FedGroupState, ctx: Context, view: RoundView):
         """Round 1: the group cold start (Alg. 3-4) on the subset S, whose

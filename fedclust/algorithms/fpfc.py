@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from fedclust.algorithms.aggregation import cluster_average, own, participants
+from fedclust.algorithms.aggregation import cluster_average, own, participants, trainers
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result, client_rows
 from fedclust.algorithms.registry import register
 from fedclust.dist import CHECKPOINT_BLOCK_BYTES, available_memory, world_from_env
@@ -944,11 +944,13 @@ class Fpfc(Algorithm):
         ``fpfc.fuse=head`` on the head alone, the body trains plain (the
         official LABELSWAP code's ``FPFC.client``)."""
         start = own(ctx, state.omega)
+        trains = trainers(ctx.seed, round_, ctx.n, self.participation)   # only participants' training is read
         if self.prox_layers is None:
-            return state, RoundPlan(start=start, anchor=state.zeta, mu=self.fpfc.rho)
+            return state, RoundPlan(start=start, anchor=state.zeta, mu=self.fpfc.rho, trains=trains)
         anchor = start.clone()   # the body's columns are never read (no proximal term there)
         anchor[:, self.first:] = state.zeta
-        return state, RoundPlan(start=start, anchor=anchor, mu=self.fpfc.rho, prox_layers=self.prox_layers)
+        return state, RoundPlan(start=start, anchor=anchor, mu=self.fpfc.rho, prox_layers=self.prox_layers,
+                                trains=trains)
 
     def aggregate(self, state: FpfcState, ctx: Context, view: RoundView):
         """Participants' ω become their trained models; then each rank steps

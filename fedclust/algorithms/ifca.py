@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from fedclust import rng
-from fedclust.algorithms.aggregation import cluster_average, own, participants
+from fedclust.algorithms.aggregation import cluster_average, own, participants, trainers
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
@@ -223,7 +223,8 @@ class Ifca(Algorithm):
                 state.ended = []
             losses = loss_matrix(ctx, state.models)
         choice = assign_clusters(losses)
-        return state, RoundPlan(start=state.models[choice])
+        trains = trainers(ctx.seed, round_, ctx.n, self.participation)   # only participants' training is read
+        return state, RoundPlan(start=state.models[choice], trains=trains)
 
     def aggregate(self, state: IfcaState, ctx: Context, view: RoundView):
         """Per-cluster mean of the participants' trained models; a client holds,

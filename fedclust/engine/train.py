@@ -371,7 +371,7 @@ def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> 
 def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                 orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None = None,
                 mu: float = 0.0, counts: torch.Tensor | None = None,
-                prox_layers: tuple[str, ...] | None = None) -> torch.Tensor:
+                prox_layers: tuple[str, ...] | None = None, train: torch.Tensor | None = None) -> torch.Tensor:
     """One round of local SGD for every client (docs/algorithms.md), in place on ``flat`` [C, P].
 
     x [C, N, *input], y [C, N]; orders [epochs, C, N]: client c's sample order
@@ -388,7 +388,9 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
     have batches (see :func:`_train_chunk_masked`).  ``prox_layers``: names
     of the parameter tensors (``layout.names``) that carry the proximal
     term, the others train plain (FPFC's ``fpfc.fuse=head``: the classifier
-    head only); None: every tensor.
+    head only); None: every tensor.  ``train`` bool [C]: only those rows
+    train (the round's participants), the others are left as they are and
+    their loss is NaN; a client's bits do not depend on which others train.
     """
     _check_data(flat, layout, x, y)
     counts = _check_counts(counts, c=y.shape[0], n=y.shape[1], device=x.device)
@@ -402,11 +404,18 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
     prox = proximal_layers(layout, prox_layers)
     orders = orders.to(x.device)
     y = y.to(x.device)
-    losses = torch.empty(c, dtype=flat.dtype, device=flat.device)
+    if train is not None:
+        if train.shape != (c,) or train.dtype != torch.bool:
+            raise ValueError(f"train must be a bool [C={c}] mask, got {train.dtype} {tuple(train.shape)}")
+        train = train.cpu()
+    losses = torch.full((c,), float("nan"), dtype=flat.dtype, device=flat.device)
     if counts is not None and not (isinstance(arch, ModuleNet) and arch.engine == "loop"):
         groups = width_groups(counts, n)
         if len(groups) > 1 or groups[0][0] < n:   # unequal clients: each trained at its own group's width
             for width, members in groups:
+                members = members if train is None else members[train[members]]
+                if not members.numel():
+                    continue
                 rows, at = members.to(flat.device), members.to(x.device)
                 own = orders[:, at, :width]
                 if bool((own >= width).any()):
@@ -419,6 +428,17 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
                 flat.index_copy_(0, rows, sub)
             return losses
     client_chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
+    if train is not None:   # the rows that train, a chunk at a time (only a chunk's data is copied)
+        chosen = train.nonzero().flatten()
+        for c0 in range(0, chosen.numel(), client_chunk):
+            rows = chosen[c0:c0 + client_chunk]
+            at, here = rows.to(x.device), rows.to(flat.device)
+            sub = flat.index_select(0, here)
+            losses[here] = _train_chunk(sub, layout, arch, x[at], y[at], orders[:, at], settings,
+                                        None if anchor is None else anchor.index_select(0, here), float(mu),
+                                        None if counts is None else counts[at], prox)
+            flat.index_copy_(0, here, sub)
+        return losses
     for c0 in range(0, c, client_chunk):  # chunks of clients, each trained at once
         c1 = min(c, c0 + client_chunk)
         losses[c0:c1] = _train_chunk(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], orders[:, c0:c1], settings,
