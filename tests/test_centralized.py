@@ -158,8 +158,10 @@ def _torchrun(tmp_path, nproc, name, extra):
 def test_one_and_two_processes_agree(tmp_path):
     """IFCA on 11 clients over 2 ranks (6 + 5): every client's choice crosses
     ranks through the gathered start models, and the restarts' objective
-    through one all-reduce; same clusters and accuracies."""
-    extra = ["algorithm.name=ifca", "clients=11", "rounds=4", "ifca.restarts=2", "ifca.restart_rounds=1"]
+    through one all-reduce; half the clients take part, so each rank trains
+    only its participants (RoundPlan.trains); same clusters and accuracies."""
+    extra = ["algorithm.name=ifca", "clients=11", "rounds=4", "ifca.restarts=2", "ifca.restart_rounds=1",
+             "participation=0.5"]
     one = _torchrun(tmp_path, 1, "one", extra)
     two = _torchrun(tmp_path, 2, "two", extra)
     assert len(one) == len(two) == 4
@@ -167,6 +169,7 @@ def test_one_and_two_processes_agree(tmp_path):
         assert a["ari"] == pytest.approx(b["ari"], abs=1e-12) and a["num_clusters"] == b["num_clusters"]
         assert a["client_accuracy"] == pytest.approx(b["client_accuracy"], abs=0.01)
         assert a["models_received_total"] == b["models_received_total"]
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6)
 
 
 # ----------------------------------------------------------------------------
