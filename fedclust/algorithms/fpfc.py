@@ -528,9 +528,7 @@ def _sweep_(omega: torch.Tensor, theta: torch.Tensor, ratio: torch.Tensor, norms
                                                                  ratio[u], lam, a, xi, rho)
                 theta[u] = th_new
                 th[up] = th_new
-        coef = 1 - ratio[e] / rho
-        if reset:
-            coef = torch.where(updated[e], coef, kept_coef(ratio[e], rho, True))
+        coef = torch.where(updated[e], 1 - ratio[e] / rho, kept_coef(ratio[e], rho, reset))
         if bool(keep.all()):
             add_zeta_terms_(acc, th, coef, unit[e], owner[e], partner[e])
         elif bool(keep.any()):

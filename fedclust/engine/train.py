@@ -428,22 +428,17 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
                 flat.index_copy_(0, rows, sub)
             return losses
     client_chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
-    if train is not None:   # the rows that train, a chunk at a time (only a chunk's data is copied)
-        chosen = train.nonzero().flatten()
-        for c0 in range(0, chosen.numel(), client_chunk):
-            rows = chosen[c0:c0 + client_chunk]
-            at, here = rows.to(x.device), rows.to(flat.device)
-            sub = flat.index_select(0, here)
-            losses[here] = _train_chunk(sub, layout, arch, x[at], y[at], orders[:, at], settings,
-                                        None if anchor is None else anchor.index_select(0, here), float(mu),
-                                        None if counts is None else counts[at], prox)
-            flat.index_copy_(0, here, sub)
-        return losses
-    for c0 in range(0, c, client_chunk):  # chunks of clients, each trained at once
-        c1 = min(c, c0 + client_chunk)
-        losses[c0:c1] = _train_chunk(flat[c0:c1], layout, arch, x[c0:c1], y[c0:c1], orders[:, c0:c1], settings,
-                                     None if anchor is None else anchor[c0:c1], float(mu),
-                                     None if counts is None else counts[c0:c1], prox)
+    # chunks of clients, each trained at once: slices (views, trained in place), or chunks of the rows that train
+    # (copies of a chunk's weights and data, written back)
+    chunks = ([slice(c0, min(c, c0 + client_chunk)) for c0 in range(0, c, client_chunk)] if train is None
+              else [rows for rows in train.nonzero().flatten().to(flat.device).split(client_chunk) if rows.numel()])
+    for rows in chunks:
+        sub = flat[rows]
+        losses[rows] = _train_chunk(sub, layout, arch, x[rows], y[rows], orders[:, rows], settings,
+                                    None if anchor is None else anchor[rows], float(mu),
+                                    None if counts is None else counts[rows], prox)
+        if train is not None:
+            flat[rows] = sub
     return losses
 
 
