@@ -30,7 +30,7 @@ from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
 from fedclust.models import file_sha256, model_name, model_source
 from fedclust.outputs import RUN_FILES
-from fedclust.schema import CORE_KEYS
+from fedclust.schema import CORE_KEYS, Config, to_dict
 
 FORMAT = 1
 DIRNAME = "checkpoints"
@@ -135,13 +135,22 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _with_defaults(config: dict) -> dict:
+    """``config`` flattened, with every key it lacks at today's default: a
+    config written before a key existed ran as that key's default does (a
+    new key's default keeps the earlier behaviour), so a checkpoint of it
+    still resumes."""
+    return {**_flatten(to_dict(Config())), **_flatten(config)}
+
+
 def config_differences(saved: dict, now: dict, sections: tuple[str, ...] = ()) -> list[str]:
     """Dotted keys whose values differ between two configs (as
-    :func:`fedclust.schema.to_dict` writes them): the core keys and those of
-    ``sections`` (the run's algorithm's; other algorithms' sections, present
-    or not as plugins are loaded, do not affect the run), except run-length
-    and output keys (:data:`RESUMABLE_KEYS`)."""
-    a, b = _flatten(saved), _flatten(now)
+    :func:`fedclust.schema.to_dict` writes them; a key one of them lacks
+    reads as its default): the core keys and those of ``sections`` (the
+    run's algorithm's; other algorithms' sections, present or not as plugins
+    are loaded, do not affect the run), except run-length and output keys
+    (:data:`RESUMABLE_KEYS`)."""
+    a, b = _with_defaults(saved), _with_defaults(now)
     keys = sorted(k for k in set(a) | set(b) if k.split(".", 1)[0] in CORE_KEYS or k.split(".", 1)[0] in sections)
     return [k for k in keys if a.get(k) != b.get(k)
             and not any(k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_KEYS)]
@@ -225,7 +234,7 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
     path, payload = found
     diff = config_differences(payload["config"], config_dict, sections)
     if diff and not cfg.overwrite:
-        old, new = _flatten(payload["config"]), _flatten(config_dict)
+        old, new = _with_defaults(payload["config"]), _with_defaults(config_dict)
         shown = ", ".join(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in diff[:8])
         raise ConfigError(diff[0], new.get(diff[0]),
                           f"the checkpoint {path} was written with another config; differing keys: {shown}. Only "

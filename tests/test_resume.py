@@ -197,6 +197,28 @@ def test_resume_modes_and_config_differences(tmp_path):
     assert whole["final_accuracy"] == summary["final_accuracy"]
 
 
+def test_a_checkpoint_from_before_a_key_existed_resumes_as_that_keys_default(tmp_path):
+    """A run checkpointed by an earlier fedclust has no entry for a key added since (here FPFC's
+    reset_theta, engine and exchange_mb): it ran as the key's default does, so it continues, to the same
+    result as the uninterrupted run; setting the new key to another value is still refused, naming it."""
+    in_process("fpfc", tmp_path / "whole", "rounds=6")
+    out = tmp_path / "old"
+    in_process("fpfc", out, "rounds=4")
+    path, payload = checkpoint.newest(out)
+    config = payload["config"]
+    for key in ("engine", "exchange_mb"):
+        del config[key]
+    del config["fpfc"]["reset_theta"]
+    checkpoint.write(out, int(payload["round"]), {k: v for k, v in payload.items()
+                                                 if k not in ("format", "round", "complete")})
+    with pytest.raises(ConfigError) as e:
+        in_process("fpfc", out, "rounds=6", "fpfc.reset_theta=true")
+    assert e.value.field == "fpfc.reset_theta" and "fpfc.reset_theta (False -> True)" in str(e.value)
+    summary = in_process("fpfc", out, "rounds=6")
+    assert summary["rounds_completed"] == 6
+    assert results(out) == results(tmp_path / "whole")
+
+
 @pytest.mark.parametrize("name", ["pens", "panm_grad"])
 def test_a_checkpoint_with_the_earlier_n_by_n_state_resumes_exactly(tmp_path, name):
     """Checkpoints written before the stage-one counts were lists hold them as [n, n] tables (the runner's
