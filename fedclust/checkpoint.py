@@ -30,7 +30,7 @@ from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
 from fedclust.models import file_sha256, model_name, model_source
 from fedclust.outputs import RUN_FILES
-from fedclust.schema import CORE_KEYS, Config, to_dict
+from fedclust.schema import CORE_KEYS, absent_key_values
 
 FORMAT = 1
 DIRNAME = "checkpoints"
@@ -136,17 +136,17 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 def _with_defaults(config: dict) -> dict:
-    """``config`` flattened, with every key it lacks at today's default: a
-    config written before a key existed ran as that key's default does (a
-    new key's default keeps the earlier behaviour), so a checkpoint of it
-    still resumes."""
-    return {**_flatten(to_dict(Config())), **_flatten(config)}
+    """``config`` flattened, every key it lacks read as
+    :func:`fedclust.schema.absent_key_values` says (its default, or how runs
+    behaved before it existed), so a checkpoint written by an earlier
+    fedclust resumes unless the key now asks for something else."""
+    return {**absent_key_values(), **_flatten(config)}
 
 
 def config_differences(saved: dict, now: dict, sections: tuple[str, ...] = ()) -> list[str]:
     """Dotted keys whose values differ between two configs (as
     :func:`fedclust.schema.to_dict` writes them; a key one of them lacks
-    reads as its default): the core keys and those of ``sections`` (the
+    reads as :func:`_with_defaults` says): the core keys and those of ``sections`` (the
     run's algorithm's; other algorithms' sections, present or not as plugins
     are loaded, do not affect the run), except run-length and output keys
     (:data:`RESUMABLE_KEYS`)."""

@@ -423,6 +423,28 @@ def to_dict(cfg: Config) -> dict:
     return out
 
 
+def absent_key_values() -> dict:
+    """What each key reads as in a config written before it existed (a
+    checkpoint's, a run directory's config.yaml), flattened to dotted keys:
+    its default, since a new key's default keeps the earlier behaviour,
+    except where a section declares otherwise in its ``before_the_key``
+    class attribute ({key: the value that describes how runs behaved before
+    it}; e.g. CFL carved no validation split before ``cfl.validation``)."""
+    values = {}
+
+    def walk(d: dict, prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}.")
+            else:
+                values[f"{prefix}{k}"] = v
+
+    walk(to_dict(Config()), "")
+    for name, cls in SECTIONS.items():
+        values.update({f"{name}.{k}": v for k, v in getattr(cls, "before_the_key", {}).items()})
+    return values
+
+
 def dump(cfg: Config) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 

@@ -262,6 +262,23 @@ def test_only_the_run_algorithms_sections_are_compared():
     assert checkpoint.config_differences(saved, dict(now, rounds=9, train={"lr": 0.1}), ()) == ["train.lr"]
 
 
+def test_a_key_an_old_config_lacks_reads_as_runs_behaved_before_it():
+    """A key absent from a saved config reads as its default, unless its section says runs behaved otherwise
+    before it existed: CFL carved no validation split before cfl.validation (default 0.2)."""
+    from fedclust.schema import to_dict
+
+    def config(*extra):
+        return to_dict(load_config(None, ["algorithm.name=cfl", *extra]))
+
+    saved = config()
+    del saved["cfl"]["validation"], saved["exchange_mb"]
+    assert checkpoint.config_differences(saved, config(), ("cfl",)) == ["cfl.validation"]
+    assert checkpoint.config_differences(saved, config("cfl.validation=0"), ("cfl",)) == []
+    assert checkpoint.config_differences(saved, config("cfl.validation=0", "seed=3"), ("cfl",)) == ["seed"]
+    del saved["seed"]   # a core key absent reads as its default too
+    assert checkpoint.config_differences(saved, config("cfl.validation=0"), ("cfl",)) == []
+
+
 def test_checkpoints_are_atomic_and_two_are_kept(tmp_path):
     for r in (1, 2, 3):
         checkpoint.write(tmp_path, r, {"config": {}, "x": torch.arange(r)})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -246,6 +247,8 @@ def best_of_lineage(accuracy: torch.Tensor, loss: torch.Tensor, allowed: torch.T
 @dataclass
 class CflConfig:
     """The ``cfl`` section."""
+
+    before_the_key: ClassVar[dict] = {"validation": 0.0}   # CFL trained on every example before cfl.validation
 
     eps1: float = option(DEFAULT_EPS1, "a cluster splits when its mean update norm is below eps1 (> 0) ...")
     eps2: float = option(DEFAULT_EPS2, "... and some client's update norm is above eps2 (> eps1)")
