@@ -35,6 +35,7 @@ from fedclust.dist import (CHECKPOINT_BLOCK_BYTES, ColumnBlocks, exchange_column
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.pool import pool_losses
+from fedclust.engine.precision import apply_precision
 from fedclust.engine.train import TrainSettings, pair_losses, train_round
 from fedclust.errors import CollectiveError, DivergenceError
 from fedclust.evaluation import Traffic, evaluate_round, summarize, summary_text
@@ -103,6 +104,10 @@ class Setup:
 
 def setup(cfg: Config, fabric) -> Setup:
     rank, world, device = fabric.global_rank, fabric.world_size, fabric.device
+    # every run sets its own GPU arithmetic (an earlier run in this process may have set another)
+    if not apply_precision(cfg.precision, device.type) and cfg.precision != "default" and rank == 0:
+        print(f"fedclust: warning: precision={cfg.precision} changes nothing on a {device.type}: it computes IEEE "
+              "float32 under every setting", file=sys.stderr, flush=True)
     n = cfg.clients
     start, stop = shard_bounds(n, world, rank)
     client_ids = torch.arange(start, stop, dtype=torch.int64)

@@ -126,6 +126,7 @@ def _default_sections() -> dict:
 
 RESUME_MODES = ("auto", "never", "require")
 ENGINES = ("auto", "batched", "loop")
+PRECISIONS = ("default", "fp32", "tf32")   # fedclust.engine.precision
 
 
 @dataclass
@@ -141,6 +142,10 @@ class Config:
     engine: str = option("auto", "how a model trains all clients: batched (torch.func.vmap; the built-ins' "
                                  "hand-written paths), loop (one client after another), auto (batched, except "
                                  "convolutions on a CPU or a model vmap cannot batch)")
+    precision: str = option("default", "matrix products and convolutions on an NVIDIA GPU: default (PyTorch's: "
+                                       "convolutions in TF32, products in float32), fp32 (IEEE float32 throughout) "
+                                       "or tf32 (both on TF32 tensor cores, fastest); a CPU computes float32 "
+                                       "under each")
     exchange_mb: float = option(0.0, "the most MiB a process spends receiving the round's models, "
                                      "gathered in column blocks (0: all at once, the fastest; "
                                      "peer algorithms that read no whole peer model: random, fixtopology, oracle, "
@@ -524,6 +529,7 @@ def validate_core(cfg: Config) -> None:
     if ":" not in cfg.model:   # FILE.py:NAME / package.module:NAME are checked by building them (fedclust.config)
         one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})   # cnn's input size: fedclust.config.validate
     one_of("engine", cfg.engine, set(ENGINES))
+    one_of("precision", cfg.precision, set(PRECISIONS), "the arithmetic of products and convolutions on a GPU")
     if not (math.isfinite(cfg.exchange_mb) and cfg.exchange_mb >= 0):
         raise ConfigError("exchange_mb", cfg.exchange_mb, "must be a finite number of MiB >= 0 (0: gather the "
                           "round's models all at once)")

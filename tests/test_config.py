@@ -151,6 +151,7 @@ OUT_OF_RANGE = {
     "participation": ("0", []),
     "model": ("resnet", []),
     "engine": ("vmap", []),
+    "precision": ("bf16", []),
     "exchange_mb": ("-1", []),
     "clients": ("1", []),
     "rounds": ("0", []),
