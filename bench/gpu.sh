@@ -7,7 +7,8 @@
 #     workload fmnist_rotation2_<algorithm>_round, the median round seconds of each stage;
 #   - a whole-run record: CIFAR-10-shaped generated images (an npz pool, data.name=npz), 4 rotations, PANMGrad,
 #     the CNN, n = 100: workload cifar10_rotation4_panm_grad, rounds, seconds (end to end, process start included);
-#   - bench-scale records at 10,000 MLP clients (Random, PANMGrad): workload scale_<algorithm>_<clients>.
+#   - bench-scale records at 10,000 MLP clients (Random, PANMGrad): workload scale_<algorithm>_<clients>, with
+#     PyTorch's default arithmetic and again with precision=tf32 (..._tf32), and the MLP bench rows on TF32.
 # Every record carries device and torch.  Runs on a CPU too: QUICK=1 shrinks every part to seconds or minutes.
 # Needs the Fashion-MNIST IDX files in data/ (data.root) for the FMNIST parts; the machine has no internet.
 #
@@ -69,6 +70,17 @@ for a in random panm_grad; do
     || echo "bench-scale $a failed"
 done
 
+echo "== bench-scale, precision=tf32 ($(elapsed) s)"
+# the same rows on TF32 tensor cores (the precision key): issue 20's 10,000-client targets count the training
+for a in random panm_grad; do
+  # shellcheck disable=SC2086
+  $FC bench-scale --json --algorithm "$a" $SCALE device="$DEVICE" data.root=data precision=tf32 \
+    > "$OUT/scale_tf32_$a.json" || echo "bench-scale tf32 $a failed"
+done
+# shellcheck disable=SC2086
+$FC bench --device "$DEVICE" --json --models mlp --precision tf32 $BENCH > "$OUT/bench_tf32.json" \
+  || echo "bench tf32 failed"
+
 echo "== records ($(elapsed) s)"
 python3 - "$OUT" "$DEVICE" <<'PY'
 import json, statistics, sys
@@ -84,6 +96,7 @@ def load(f):
         print(f"no {f}: {exc}")
         return None
 records = [dict(r, **common) for r in (load("bench.json") or [])]
+records += [dict(r, precision="tf32", **common) for r in (load("bench_tf32.json") or [])]
 for algo, stages in (load("rounds.json") or {}).items():
     for stage, secs in stages.items():
         if secs:
@@ -97,7 +110,9 @@ if summary.exists():
                         final_accuracy=s["final_accuracy"], data="generated CIFAR-shaped npz pool", **common))
 for algo in ("random", "panm_grad"):
     for r in (load(f"scale_{algo}.json") or []):
-        records.append(dict(r, workload=f"scale_{algo}_{r.get('clients')}", **common))
+        records.append(dict(r, workload=f"scale_{algo}_{r.get('clients')}", precision="default", **common))
+    for r in (load(f"scale_tf32_{algo}.json") or []):
+        records.append(dict(r, workload=f"scale_{algo}_{r.get('clients')}_tf32", precision="tf32", **common))
 (out / "gpu.json").write_text(json.dumps(records, indent=1))
 print(f"{len(records)} records in {out / 'gpu.json'}")
 PY

@@ -35,7 +35,9 @@ from fedclust.bench.reference import reference_train_round
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.train import TrainSettings, train_round
 from fedclust.engine.module_net import ModuleNet
+from fedclust.engine.precision import apply_precision
 from fedclust.models import build_model, is_user_model
+from fedclust.schema import PRECISIONS
 
 SHAPES = {"mlp": (1, 28, 28), "cnn": (3, 32, 32)}
 TRAIN_SIZE, EPOCHS, BATCH, LR, CLASSES = 200, 3, 128, 0.08, 10
@@ -230,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--compile", action="store_true", help="torch.compile the vectorized torch.func step (meant for GPUs; the MLP then "
                         "uses the torch.func path instead of its hand-written backward)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="default",
+                        help="the GPU arithmetic of products and convolutions, as the precision key of a run")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per row at most (median reported)")
     parser.add_argument("--models", default="mlp,cnn", help="comma-separated subset of mlp,cnn; empty: none")
     parser.add_argument("--user-models", default="", metavar="SPEC,SPEC",
@@ -243,11 +247,14 @@ def main(argv: list[str] | None = None) -> int:
         if m not in SHAPES:
             parser.error(f"--models contains {m!r}: use a subset of mlp,cnn")
     device = pick_device(args.device)
+    apply_precision(args.precision, device.type)
     budget_s = 15.0 if args.quick else 60.0
     records = []
     specs = [m.strip() for m in args.user_models.split(",") if m.strip()]
     for case in [c for c in plan(args.quick, device) if c.model in models] + user_plan(specs, args.quick):
         records.append(run_case(case, device, args.repeats, args.compile, budget_s))
+        if args.precision != "default" and device.type == "cuda":
+            records[-1].note = "; ".join(x for x in (records[-1].note, f"precision {args.precision}") if x)
         if not args.json:
             print(f"  timed {case.model} {case.path} x{case.clients}: {records[-1].ms_per_round:.1f} ms", flush=True)
     if args.json:
