@@ -1,5 +1,5 @@
 """The round's exchange in column blocks (config ``exchange_mb``): the gossip
-average and PANMGrad's similarity read the gathered models a block at a
+average, FedAvg's average and PANMGrad's similarity read the gathered models a block at a
 time and give what the whole models give; the block size follows the
 budget; algorithms that need whole peer models are refused; and runs with
 blocks are identical on 1 and 2 processes, resume exactly, and equal runs without."""
@@ -97,11 +97,12 @@ def test_the_block_size_follows_the_budget():
 
 
 def test_algorithms_that_need_whole_peer_models_are_refused():
-    for name in ("panm_loss", "pens", "fedavg", "fpfc"):
+    for name in ("panm_loss", "pens", "ifca", "cfl", "fedgroup", "fpfc"):
         with pytest.raises(ConfigError) as err:
             load_config(None, [f"algorithm.name={name}", "exchange_mb=64", "data.name=synthetic", "clients=40"])
         assert err.value.field == "exchange_mb" and "exchange_mb=0" in str(err.value) and "random" in str(err.value)
-    load_config(None, ["algorithm.name=panm_grad", "exchange_mb=64", "data.name=synthetic", "clients=40"])
+    for name in ("panm_grad", "fedavg", "fedprox"):
+        load_config(None, [f"algorithm.name={name}", "exchange_mb=64", "data.name=synthetic", "clients=40"])
 
 
 def test_a_budget_below_one_column_is_refused(monkeypatch):
@@ -114,16 +115,22 @@ def test_a_budget_below_one_column_is_refused(monkeypatch):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["random", "panm_grad"])
+@pytest.mark.parametrize("name", ["random", "panm_grad", "fedavg"])
 def test_runs_with_blocks_are_identical_on_one_and_two_processes_and_match_runs_without(tmp_path, name):
     from run_files import results
     from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
 
     budget = "exchange_mb=0.1"   # 8 synthetic-MLP clients (54,410 weights): dozens of blocks a pass
+    extra = ("participation=0.5",) if name == "fedavg" else ()
     for nproc in (1, 2):
-        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", budget))
+        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", budget, *extra))
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert_same_run(tmp_path / "p1", tmp_path / "p2")
+    if name == "fedavg":   # the server's average from blocks has the whole models' bits
+        whole = launch(1, overrides(name, tmp_path / "whole", *extra))
+        assert whole.returncode == 0, whole.stderr[-3000:]
+        assert results(tmp_path / "p1") == results(tmp_path / "whole")
+        return
     if name == "panm_grad":   # a run killed on 2 processes (checkpoint at round 4) resumes on 1 to the same end
         killed_run(2, name, tmp_path / "killed", budget)
         sub_run(name, tmp_path / "killed", budget)

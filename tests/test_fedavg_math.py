@@ -4,7 +4,9 @@ plain loops and autograd."""
 import pytest
 import torch
 
-from fedclust.algorithms.aggregation import weighted_average
+from fedclust.algorithms.aggregation import average_rows, pairwise_sum, weighted_average
+from fedclust.algorithms.base import RoundView
+from fedclust.dist import ColumnBlocks, OneProcess
 
 
 def test_weighted_average_by_hand():
@@ -45,3 +47,38 @@ def test_weighted_average_bad_weights(weights):
 def test_weighted_average_empty():
     with pytest.raises(ValueError, match="non-empty"):
         weighted_average(torch.ones(0, 3))
+
+def test_pairwise_sum_by_hand_and_against_float64():
+    rows = torch.tensor([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 40.0], [5.0, 50.0]])
+    # ((1 + 2) + (3 + 4)) + 5: pairs, the odd last row carried
+    assert pairwise_sum(rows).tolist() == [15.0, 150.0]
+    assert pairwise_sum(rows[:1]).tolist() == [1.0, 10.0]
+    g = torch.Generator().manual_seed(3)
+    for m in (2, 3, 7, 64, 1001):
+        x = torch.randn(m, 50, generator=g)
+        torch.testing.assert_close(pairwise_sum(x).double(), x.double().sum(0), rtol=1e-6, atol=1e-5)
+    with pytest.raises(ValueError, match="non-empty"):
+        pairwise_sum(torch.ones(0, 3))
+
+
+@pytest.mark.parametrize("m", [1, 2, 7, 50, 333])
+@pytest.mark.parametrize("columns", [1, 7, 64, 1000, 5000])
+def test_an_average_from_column_blocks_equals_the_whole_bit_for_bit(m, columns):
+    """FedAvg's average read a column block at a time (exchange_mb) gives the whole models' bits, whatever the
+    block width (so any number of processes, whose budgets give other widths, agree); torch's mean(0) would not."""
+    n, P = 400, 5000
+    g = torch.Generator().manual_seed(m)
+    after = torch.randn(n, P, generator=g)
+    active = torch.zeros(n, dtype=torch.bool)
+    active[torch.randperm(n, generator=g)[:m]] = True
+    whole = average_rows(RoundView(round=1, before=None, after=after, all_after=after), active)
+    assert torch.equal(whole, weighted_average(after[active]))
+    blocks = ColumnBlocks(OneProcess("cpu"), {"after": after}, n, columns)
+    got = average_rows(RoundView(round=1, before=None, after=after, all_after=None, columns=blocks), active)
+    assert torch.equal(got, whole)
+    assert blocks.passes == pytest.approx(1.0)
+    torch.testing.assert_close(whole.double(), after[active].double().mean(0), rtol=1e-5, atol=1e-6)
+    w = torch.rand(m, generator=g) + 0.5
+    blocks = ColumnBlocks(OneProcess("cpu"), {"after": after}, n, columns)
+    got_w = average_rows(RoundView(round=1, before=None, after=after, all_after=None, columns=blocks), active, w)
+    assert torch.equal(got_w, weighted_average(after[active], w))

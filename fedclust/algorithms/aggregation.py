@@ -94,9 +94,26 @@ def check_weights(weights: torch.Tensor, count: int, name: str = "weights") -> t
     return weights
 
 
+def pairwise_sum(rows: torch.Tensor) -> torch.Tensor:
+    """``Σ_i rows_i`` → ``[P]`` by pairwise halving: rows (0, 1), (2, 3), ...
+    are added, an odd last row carried, until one is left.  Each column is
+    the same sequence of float additions whatever other columns ``rows``
+    holds, so a column block gives the whole sum's bits (the exchange in
+    column blocks); the error grows with log2 of the rows, as in a cascade sum."""
+    if rows.dim() != 2 or rows.shape[0] == 0:
+        raise ValueError(f"rows must be a non-empty [C, P] stack, got shape {tuple(rows.shape)}")
+    while rows.shape[0] > 1:   # log2(C) halvings, each one elementwise add over the tensor
+        m = rows.shape[0]
+        half = rows[0:m - 1:2] + rows[1:m:2]
+        rows = torch.cat([half, rows[m - 1:]]) if m % 2 else half
+    return rows[0]
+
+
 def weighted_average(models: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """FedAvg aggregate ``Σ_i w_i·models_i / Σ_i w_i`` → ``[P]``
-    (FedGroup paper Algorithm 1 line 8; equal weights when ``weights`` is None).
+    (FedGroup paper Algorithm 1 line 8; equal weights when ``weights`` is None),
+    summed by :func:`pairwise_sum`, so that column blocks of ``models`` give
+    the same bits as the whole.
 
     Raises ValueError for no clients or weights summing to 0: the caller
     decides what an empty round means (e.g. keep the previous model, as
@@ -105,12 +122,24 @@ def weighted_average(models: torch.Tensor, weights: torch.Tensor | None = None) 
     if models.dim() != 2 or models.shape[0] == 0:
         raise ValueError(f"models must be a non-empty [C, P] stack, got shape {tuple(models.shape)}")
     if weights is None:
-        return models.mean(dim=0)
+        return pairwise_sum(models) / models.shape[0]
     w = check_weights(weights, models.shape[0]).to(models.dtype)
     total = w.sum()
     if total <= 0:
         raise ValueError("weights sum to 0: no client carries weight; give positive data sizes")
-    return (w / total) @ models
+    return pairwise_sum(models * (w / total)[:, None])
+
+
+def average_rows(view, rows: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`weighted_average` of the gathered models' ``rows`` (bool [n] or
+    indices) → ``[P]``: from ``view.all_after``, or a column block at a time
+    from ``view.columns`` (the exchange in column blocks), with the same bits."""
+    if view.columns is None:
+        return weighted_average(view.all_after[rows], weights)
+    out = view.columns.parts["after"].new_empty(view.columns.width)
+    for start, stop, cols in view.columns.blocks(("after",)):   # column blocks: one gather each
+        out[start:stop] = weighted_average(cols["after"][rows.to(cols["after"].device)], weights)
+    return out
 
 
 def participants(seed: int, round_: int, n: int, share: float, device=None) -> torch.Tensor:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedclust.algorithms.aggregation import participants, trainers, weighted_average
+from fedclust.algorithms.aggregation import average_rows, participants, trainers
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.registry import register
 
@@ -36,6 +36,7 @@ class FedAvg(Algorithm):
     participation: float = 1.0
 
     name = "fedavg"
+    column_exchange = True   # the average is column by column (config exchange_mb)
     report_position = 7
     paper_results = {("synthetic", None, 4): (30.35, 0.05)}
 
@@ -57,8 +58,8 @@ class FedAvg(Algorithm):
                                 trains=trainers(ctx.seed, round_, ctx.n, self.participation))
 
     def aggregate(self, state: FedAvgState, ctx: Context, view: RoundView):
-        active = participants(ctx.seed, view.round, ctx.n, self.participation, view.all_after.device)
-        w = weighted_average(view.all_after[active])
+        active = participants(ctx.seed, view.round, ctx.n, self.participation, ctx.device)
+        w = average_rows(view, active)
         C = len(ctx.client_ids)
         return FedAvgState(w), server_result(ctx, w.expand(C, -1).clone(),
                                              torch.zeros(ctx.n, dtype=torch.int64, device=w.device),
