@@ -309,7 +309,10 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     t0 = time.time()
     settings = dataclasses.replace(s.settings, lr=cfg.train.round_lr(t))
     algo_state, plan = algo.plan(state.algo_state, ctx, t, state.flat)
-    flat = state.flat if plan.start is state.flat else plan.start.contiguous().clone()  # trained in place
+    # trained in place: the held models, or one contiguous copy of the plan's start (often an expanded server model)
+    flat = state.flat if plan.start is state.flat else plan.start.clone(memory_format=torch.contiguous_format)
+    if flat is not state.flat:
+        state.flat = None   # the held models are not read again this round (a server's clients start anew): let go
     before = flat.clone() if algo.gathers_before else None
     counts = s.data.train_counts   # None: every client holds the full width
     # drawn where they are used (the hash and a stable sort give the same orders on any device)
@@ -414,6 +417,7 @@ def run(cfg: Config, prepared: Prepared | None = None) -> dict:
                     hook(s, state, run_dir)
                 if outcome.stop and t < cfg.rounds:                # checkpoint written: requeue and leave
                     raise _stopped(s, edge, t, stop, ckpt.last_path or checkpoint.path_for(run_dir, t))
+                del outcome   # its models are the state's: a server algorithm's next round lets them go
             summary = summarize(s, state.history, time.time() - started)
             if edge:
                 edge.finish_run(summary)

@@ -130,15 +130,34 @@ def weighted_average(models: torch.Tensor, weights: torch.Tensor | None = None) 
     return pairwise_sum(models * (w / total)[:, None])
 
 
+AVERAGE_CHUNK_ELEMENTS = 2**24   # rows x columns of the models an average copies at once (64 MB of float32)
+
+
+def _average_in_chunks(models: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """:func:`weighted_average` of ``models[rows]`` ([n, B]) → ``[B]``, copying
+    the chosen rows a chunk of columns at a time (bounded memory; the same
+    bits, the sum being column by column)."""
+    rows = rows.to(models.device)
+    if rows.dtype == torch.bool:
+        rows = rows.nonzero().flatten()
+    every = rows.numel() == models.shape[0] and bool((rows == torch.arange(len(rows), device=rows.device)).all())
+    step = max(1, AVERAGE_CHUNK_ELEMENTS // max(rows.numel(), 1))
+    out = models.new_empty(models.shape[1])
+    for start in range(0, models.shape[1], step):   # chunks of columns, not clients
+        chunk = models[:, start:start + step] if every else models[rows, start:start + step]   # a view, or a copy
+        out[start:start + step] = weighted_average(chunk, weights)
+    return out
+
+
 def average_rows(view, rows: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`weighted_average` of the gathered models' ``rows`` (bool [n] or
     indices) → ``[P]``: from ``view.all_after``, or a column block at a time
     from ``view.columns`` (the exchange in column blocks), with the same bits."""
     if view.columns is None:
-        return weighted_average(view.all_after[rows], weights)
+        return _average_in_chunks(view.all_after, rows, weights)
     out = view.columns.parts["after"].new_empty(view.columns.width)
     for start, stop, cols in view.columns.blocks(("after",)):   # column blocks: one gather each
-        out[start:stop] = weighted_average(cols["after"][rows.to(cols["after"].device)], weights)
+        out[start:stop] = _average_in_chunks(cols["after"], rows, weights)
     return out
 
 
