@@ -324,7 +324,14 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
                              train=None if trains is None else trains.cpu()[s.ctx.client_ids.cpu()])
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
-    view, all_loss, all_flags = _exchange(s, t, flat, before, train_loss, flags)
+    if algo.gathers_labels:   # a number per client every rank must know (exact in float32 below 2^24)
+        if plan.labels is None:
+            raise ValueError(f"{algo.name} declares gathers_labels but its plan gave no labels")
+        flags = torch.cat([flags, plan.labels.to(device=flat.device, dtype=flat.dtype)[:, None]], dim=1)
+    view, all_loss, extra = _exchange(s, t, flat, before, train_loss, flags)
+    all_flags = extra[:, 0]
+    if algo.gathers_labels:
+        view.all_labels = extra[:, 1].to(torch.int64)
     del before   # the view holds what the algorithm needs; it drops the models from before when done with them
     trained = None if trains is None else trains.to(all_loss.device)
     diverged = ~torch.isfinite(all_loss) if trained is None else ~torch.isfinite(all_loss) & trained
@@ -345,7 +352,8 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
 
 
 def _exchange(s: Setup, t: int, flat, before, train_loss, flags):
-    """The round's gather: (view, every client's training loss, every client's flags).  Whole models in one
+    """The round's gather: (view, every client's training loss, every client's flags [n, 1] (and label
+    [n, 2])).  Whole models in one
     collective, or (``s.columns``) the losses and flags in one and the models in column blocks as the algorithm
     reads them (:class:`fedclust.dist.ColumnBlocks`)."""
     small = [train_loss[:, None].to(flat.dtype), flags]
@@ -354,11 +362,11 @@ def _exchange(s: Setup, t: int, flat, before, train_loss, flags):
         parts = {"after": flat} if before is None else {"after": flat, "before": before}
         blocks = ColumnBlocks(s.fabric, parts, s.n, s.columns, collective=lambda fn, *a: s.collective(t, fn, *a))
         return (RoundView(round=t, before=before, after=flat, all_after=None, columns=blocks),
-                got[0][:, 0], got[1][:, 0])
+                got[0][:, 0], got[1])
     got = s.collective(t, gather_parts, s.fabric, [flat, *small] + ([] if before is None else [before]), s.n)
     view = RoundView(round=t, before=before, after=flat, all_after=got[0],
                      all_before=got[3] if before is not None else None)
-    return view, got[1][:, 0], got[2][:, 0]
+    return view, got[1][:, 0], got[2]
 
 
 def _stage1_arrays(s: Setup, state: LoopState) -> dict:

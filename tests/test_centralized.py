@@ -220,7 +220,7 @@ def test_ifca_object_against_a_plain_loop():
     choice = [min(range(K), key=lambda k: float((models[k] - targets[i]).pow(2).sum())) for i in range(n)]
     assert torch.equal(plan.start, models[choice])
     after = torch.randn(n, P, generator=g)
-    view = RoundView(round=1, before=plan.start, after=after, all_after=after, all_before=plan.start.clone())
+    view = RoundView(round=1, before=plan.start, after=after, all_after=after, all_labels=plan.labels)
     new, res = algo.aggregate(state, ctx, view)
     for k in range(K):
         members = [i for i in range(n) if choice[i] == k]
@@ -252,12 +252,12 @@ def test_cfl_object_splits_like_scipy_complete_linkage():
     algo = cfl.Cfl(cfl.CflConfig(eps1=0.4, eps2=1.6, warmup=1, scale_to_model=False))
     state = algo.init(ctx)
     after = updates          # w0 = 0: the trained model is the update
-    view = RoundView(round=1, before=torch.zeros(n, P), after=after, all_after=after)
+    view = RoundView(round=1, before=torch.zeros(n, P), after=after, all_after=after, all_labels=state.labels)
     state, res = algo.aggregate(state, ctx, view)        # round 1 = warm-up: no split
     assert state.models.shape[0] == 1 and torch.allclose(state.models[0], after.mean(0))
     base = state.models[0]
     after2 = base + updates
-    view = RoundView(round=2, before=base.expand(n, -1), after=after2, all_after=after2)
+    view = RoundView(round=2, before=base.expand(n, -1), after=after2, all_after=after2, all_labels=state.labels)
     mean_norm, max_norm = updates.mean(0).norm(), updates.norm(dim=1).max()
     assert mean_norm < 0.4 and max_norm > 1.6
     state, res = algo.aggregate(state, ctx, view)
@@ -282,10 +282,10 @@ def test_cfl_absent_members_of_a_split_pick_a_half_next_round():
     e[0] = 2.0
     ctx = fake_ctx(n, P, seed=1)
     algo = cfl.Cfl(cfl.CflConfig(eps1=0.4, eps2=1.6, warmup=1, scale_to_model=False), participation=0.5)
-    assert algo.gathers_before
+    assert algo.gathers_labels and not algo.gathers_before   # each client's cluster, not its model
     state = algo.init(ctx)
     state, _ = algo.aggregate(state, ctx, RoundView(round=1, before=torch.zeros(n, P), after=torch.zeros(n, P),
-                                                     all_after=torch.zeros(n, P), all_before=torch.zeros(n, P)))
+                                                     all_after=torch.zeros(n, P), all_labels=state.labels))
     active = aggregation.participants(ctx.seed, 2, n, 0.5)
     on = active.nonzero().flatten().tolist()
     off = (~active).nonzero().flatten().tolist()
@@ -294,7 +294,7 @@ def test_cfl_absent_members_of_a_split_pick_a_half_next_round():
     updates[on[2]], updates[on[3]] = -e, -e * 1.1
     updates[off] = 100.0           # absent: never averaged
     state, res = algo.aggregate(state, ctx, RoundView(round=2, before=torch.zeros(n, P), after=updates,
-                                                     all_after=updates, all_before=torch.zeros(n, P)))
+                                                     all_after=updates, all_labels=state.labels))
     assert state.models.shape[0] == 2 and same_partition(res.assignment[on].numpy(), [0, 0, 1, 1])
     half = {i: int(res.assignment[i]) for i in on}
     assert torch.allclose(state.models[half[on[0]]], e * 1.05) and torch.allclose(state.models[half[on[2]]], -e * 1.05)
@@ -310,7 +310,7 @@ def test_cfl_absent_members_of_a_split_pick_a_half_next_round():
         assert torch.equal(plan.start[i], state.models[w])
     after = plan.start.clone()
     state3, res3 = algo.aggregate(state3, ctx, RoundView(round=3, before=plan.start, after=after, all_after=after,
-                                                        all_before=plan.start.clone()))
+                                                        all_labels=plan.labels))
     assert [int(res3.assignment[i]) for i in off] == wants and (state3.pending == -1).all()
     active3 = aggregation.participants(ctx.seed, 3, n, 0.5)
     want_received = [2.0 if i in off else float(active3[i]) for i in range(n)]
@@ -329,12 +329,12 @@ def test_cfl_thresholds_in_round1_units_and_the_bipartition_bound():
         algo = cfl.Cfl(cfl.CflConfig(eps1=0.4, eps2=1.6, gamma_max=gamma, warmup=1, scale_to_model=True))
         state = algo.init(ctx)
         state, _ = algo.aggregate(state, ctx, RoundView(round=1, before=torch.zeros(n, P), after=first,
-                                                         all_after=first))
+                                                         all_after=first, all_labels=state.labels))
         assert state.reference_norm == pytest.approx(6.4) and algo.thresholds(6.4) == pytest.approx((0.8, 3.2))
         base = state.models[0]
         after = base + ring
         state, res = algo.aggregate(state, ctx, RoundView(round=2, before=base.expand(n, -1), after=after,
-                                                           all_after=after))
+                                                           all_after=after, all_labels=state.labels))
         assert len(state.splits) == splits and state.models.shape[0] == 1 + splits
         (t, c, alpha, accepted), = state.checks
         assert (t, c, accepted) == (2, 0, bool(splits)) and alpha == pytest.approx(0.0, abs=1e-6)

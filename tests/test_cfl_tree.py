@@ -50,7 +50,8 @@ def _round(algo, state, ctx, t, updates):
     """Round t with every client's update ``updates [n, P]`` from its cluster's model."""
     before = state.models[state.labels]
     after = before + updates
-    return algo.aggregate(state, ctx, RoundView(round=t, before=before, after=after, all_after=after))
+    return algo.aggregate(state, ctx, RoundView(round=t, before=before, after=after, all_after=after,
+                                                all_labels=state.labels))
 
 
 def test_a_split_caches_the_parent_and_lineages_follow():

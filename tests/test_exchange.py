@@ -97,11 +97,11 @@ def test_the_block_size_follows_the_budget():
 
 
 def test_algorithms_that_need_whole_peer_models_are_refused():
-    for name in ("panm_loss", "pens", "ifca", "cfl", "fedgroup", "fpfc"):
+    for name in ("panm_loss", "pens", "cfl", "fedgroup", "fpfc"):
         with pytest.raises(ConfigError) as err:
             load_config(None, [f"algorithm.name={name}", "exchange_mb=64", "data.name=synthetic", "clients=40"])
         assert err.value.field == "exchange_mb" and "exchange_mb=0" in str(err.value) and "random" in str(err.value)
-    for name in ("panm_grad", "fedavg", "fedprox"):
+    for name in ("panm_grad", "fedavg", "fedprox", "ifca"):
         load_config(None, [f"algorithm.name={name}", "exchange_mb=64", "data.name=synthetic", "clients=40"])
 
 
@@ -115,18 +115,18 @@ def test_a_budget_below_one_column_is_refused(monkeypatch):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["random", "panm_grad", "fedavg"])
+@pytest.mark.parametrize("name", ["random", "panm_grad", "fedavg", "ifca"])
 def test_runs_with_blocks_are_identical_on_one_and_two_processes_and_match_runs_without(tmp_path, name):
     from run_files import results
     from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
 
     budget = "exchange_mb=0.1"   # 8 synthetic-MLP clients (54,410 weights): dozens of blocks a pass
-    extra = ("participation=0.5",) if name == "fedavg" else ()
+    extra = ("participation=0.5",) if name in ("fedavg", "ifca") else ()
     for nproc in (1, 2):
         proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", budget, *extra))
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert_same_run(tmp_path / "p1", tmp_path / "p2")
-    if name == "fedavg":   # the server's average from blocks has the whole models' bits
+    if name in ("fedavg", "ifca"):   # the server's averages from blocks have the whole models' bits
         whole = launch(1, overrides(name, tmp_path / "whole", *extra))
         assert whole.returncode == 0, whole.stderr[-3000:]
         assert results(tmp_path / "p1") == results(tmp_path / "whole")

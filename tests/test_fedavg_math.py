@@ -4,7 +4,8 @@ plain loops and autograd."""
 import pytest
 import torch
 
-from fedclust.algorithms.aggregation import average_rows, pairwise_sum, weighted_average
+from fedclust.algorithms.aggregation import (average_rows, cluster_average, cluster_average_rows, pairwise_sum,
+                                             weighted_average)
 from fedclust.algorithms.base import RoundView
 from fedclust.dist import ColumnBlocks, OneProcess
 
@@ -82,3 +83,24 @@ def test_an_average_from_column_blocks_equals_the_whole_bit_for_bit(m, columns):
     blocks = ColumnBlocks(OneProcess("cpu"), {"after": after}, n, columns)
     got_w = average_rows(RoundView(round=1, before=None, after=after, all_after=None, columns=blocks), active, w)
     assert torch.equal(got_w, weighted_average(after[active], w))
+
+
+@pytest.mark.parametrize("columns", [1, 7, 64, 1000, 5000])
+def test_cluster_averages_from_column_blocks_equal_the_whole_bit_for_bit(columns):
+    """IFCA's per-cluster averages (index_add_ over the participants) read in column blocks give the whole
+    models' bits; a cluster no participant chose keeps its model."""
+    n, P, K = 300, 5000, 4
+    g = torch.Generator().manual_seed(columns)
+    after = torch.randn(n, P, generator=g)
+    assign = torch.randint(0, K - 1, (n,), generator=g)   # cluster K - 1: nobody
+    active = torch.rand(n, generator=g) < 0.5
+    previous = torch.randn(K, P, generator=g)
+    whole = cluster_average_rows(RoundView(round=1, before=None, after=after, all_after=after), active, assign, K,
+                                 previous)
+    assert torch.equal(whole, cluster_average(after[active], assign[active], K, previous))
+    blocks = ColumnBlocks(OneProcess("cpu"), {"after": after}, n, columns)
+    got = cluster_average_rows(RoundView(round=1, before=None, after=after, all_after=None, columns=blocks), active,
+                               assign, K, previous)
+    assert torch.equal(got, whole) and torch.equal(got[K - 1], previous[K - 1])
+    for k in range(K - 1):   # a plain mean of the cluster's participants
+        torch.testing.assert_close(got[k], after[active & (assign == k)].mean(0), rtol=1e-5, atol=1e-6)

@@ -169,7 +169,7 @@ def test_ifca_restarts_run_in_turn_and_the_lowest_objective_wins():
         state, plan = algo.plan(state, ctx, t, torch.zeros(n, P))
         seen.append(plan.start.clone())
         after = plan.start.clone()   # no training: the models stay
-        view = RoundView(round=t, before=plan.start, after=after, all_after=after, all_before=plan.start.clone())
+        view = RoundView(round=t, before=plan.start, after=after, all_after=after, all_labels=plan.labels)
         state, res = algo.aggregate(state, ctx, view)
     # round 1 from restart 0, round 2 from restart 1, round 3 from restart 2, then restart 1 (objective 0)
     assert torch.equal(seen[0], inits[0][[0, 0, 0, 0]])

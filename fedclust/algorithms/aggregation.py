@@ -85,6 +85,21 @@ def gossip_columns(neighbors, own_ids: torch.Tensor, exchange) -> torch.Tensor:
     return out
 
 
+def cluster_average_rows(view, rows: torch.Tensor, assign: torch.Tensor, K: int, previous: torch.Tensor,
+                         weights: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`cluster_average` of the gathered models' ``rows`` (bool [n]),
+    ``assign`` [n] their clusters → ``[K, P]``: from ``view.all_after``, or a
+    column block at a time from ``view.columns``, column for column the same
+    sums (``index_add_`` adds each column's rows in order)."""
+    rows = rows.to(previous.device)
+    if view.columns is None:
+        return cluster_average(view.all_after[rows], assign[rows], K, previous, weights)
+    out = previous.new_empty(K, view.columns.width)
+    for start, stop, cols in view.columns.blocks(("after",)):   # column blocks: one gather each
+        out[:, start:stop] = cluster_average(cols["after"][rows], assign[rows], K, previous[:, start:stop], weights)
+    return out
+
+
 def check_weights(weights: torch.Tensor, count: int, name: str = "weights") -> torch.Tensor:
     """Validate client weights (data sizes ``n_i``): ``[count]``, finite, ≥ 0."""
     if weights.dim() != 1 or weights.shape[0] != count:

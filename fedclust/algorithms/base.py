@@ -69,6 +69,7 @@ class RoundView:
     after: torch.Tensor                 # [C, P] after local training
     all_after: torch.Tensor             # [n, P] every client's model after local training
     all_before: torch.Tensor | None = None  # [n, P], only if the algorithm sets gathers_before
+    all_labels: torch.Tensor | None = None  # [n] int64 every client's RoundPlan.labels (gathers_labels only)
     # The exchange in column blocks (config exchange_mb, one process too): all_after and all_before are None
     # and the algorithm reads the gathered models a block at a time (fedclust.dist.ColumnBlocks).
     columns: Any = None
@@ -94,6 +95,10 @@ class RoundPlan:
     # bool [n], every client's, the same on every rank: the clients that train this round (the participants of
     # an algorithm with participation < 1, whose aggregate reads no one else's trained model); None: all
     trains: torch.Tensor | None = None
+    # int64 [C], this rank's clients': a number each, below 2^24, that every rank's aggregate reads (the cluster
+    # model a client started from: IFCA, CFL), carried in the round's gather as one more column
+    # (view.all_labels); an algorithm that sets it declares gathers_labels
+    labels: torch.Tensor | None = None
 
 
 @dataclass
@@ -184,6 +189,8 @@ class Algorithm:
       of them, so it needs ``l >= k``.
     - ``gathers_before``: the round's gather also carries the models before
       local training (``view.all_before``).
+    - ``gathers_labels``: its :meth:`plan` gives ``labels``, a number per
+      client that the gather carries as one more column (``view.all_labels``).
     - ``column_exchange``: its :meth:`aggregate` can read the gathered models
       in column blocks (``view.columns``, config ``exchange_mb``), never
       needing a whole model of another client.
@@ -210,6 +217,7 @@ class Algorithm:
     needs_stages: ClassVar[bool] = False
     keeps_k_of_l: ClassVar[bool] = False
     gathers_before: bool = False
+    gathers_labels: ClassVar[bool] = False
     column_exchange: ClassVar[bool] = False
     topology: ClassVar[str] = "server"
     choice_masks: ClassVar[bool] = False

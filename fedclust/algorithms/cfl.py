@@ -286,6 +286,7 @@ class Cfl(Algorithm):
     participation: float = 1.0
 
     name = "cfl"
+    gathers_labels = True   # each client's cluster this round (a pending client picks a half in plan)
     report_position = 10
     sections = {"cfl": CflConfig}
     paper_results = {("synthetic", None, 4): (86.60, 0.05)}
@@ -295,12 +296,6 @@ class Cfl(Algorithm):
     @classmethod
     def from_config(cls, cfg) -> "Cfl":
         return cls(cfg.cfl, cfg.participation)
-
-    @property
-    def gathers_before(self) -> bool:
-        """With participation < 1 the server reads off the start models which
-        half each pending client chose (:meth:`plan`)."""
-        return self.participation < 1.0
 
     @property
     def validation_share(self) -> float:
@@ -327,8 +322,8 @@ class Cfl(Algorithm):
             loss_b = ctx.pair_loss(state.models[sibling[rows]], rows)
             labels = labels.clone()
             labels[rows] = torch.where(loss_b < loss_a, sibling[rows], labels[rows])
-        return state, RoundPlan(start=state.models[labels], trains=trainers(ctx.seed, round_, ctx.n,
-                                                                           self.participation))
+        return state, RoundPlan(start=state.models[labels], labels=labels,   # the server reads each one's cluster
+                                trains=trainers(ctx.seed, round_, ctx.n, self.participation))
 
     def thresholds(self, reference_norm: float) -> tuple[float, float]:
         """This run's (ε1, ε2): the absolute values, or
@@ -344,7 +339,7 @@ class Cfl(Algorithm):
         cluster none of whose clients took part keeps its model)."""
         t, after = view.round, view.all_after
         waiting = state.pending >= 0
-        labels = self.started_from(state, view.all_before, waiting)
+        labels = view.all_labels.to(state.labels.device)   # every client's cluster this round (a pending one's pick)
         active = participants(ctx.seed, t, ctx.n, self.participation, after.device)
         # a participant receives its cluster model; a pending client both halves
         received = torch.where(waiting, 2.0, active.to(torch.float64))
@@ -362,19 +357,6 @@ class Cfl(Algorithm):
         state = CflState(models=models, labels=labels, pending=pending, reference_norm=reference,
                          splits=[*state.splits, *splits], checks=[*state.checks, *checks], cache=cache)
         return state, server_result(ctx, models[own(ctx, labels)], labels, received, int(active.sum()))
-
-    @staticmethod
-    def started_from(state: CflState, all_before: torch.Tensor | None, waiting: torch.Tensor) -> torch.Tensor:
-        """int64 ``[n]``: every client's cluster this round; a pending client's
-        (``waiting``) is the half whose model it started from (the model in
-        ``all_before`` nearest to it)."""
-        labels = state.labels.clone()
-        if bool(waiting.any()):
-            rows = all_before[waiting]
-            d_a = (rows - state.models[labels[waiting]]).pow(2).sum(dim=1)
-            d_b = (rows - state.models[state.pending[waiting]]).pow(2).sum(dim=1)
-            labels[waiting] = torch.where(d_b < d_a, state.pending[waiting], labels[waiting])
-        return labels
 
     def split(self, t: int, models: torch.Tensor, labels: torch.Tensor, updates: torch.Tensor,
               active: torch.Tensor, reference: float):

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from fedclust import rng
-from fedclust.algorithms.aggregation import cluster_average, own, participants, trainers
+from fedclust.algorithms.aggregation import cluster_average_rows, own, participants, trainers
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
@@ -121,14 +121,6 @@ def restart_boundary(round_: int, restarts: int, restart_rounds: int) -> int | N
     return r if r < restarts else None
 
 
-def matching_model(rows: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
-    """int64 ``[n]``: for each row the index of the nearest of ``models [K, P]``
-    (squared distance; 0 for a row that is an exact copy, as a client's
-    start is).  One pass per model, no loop over rows."""
-    d = torch.stack([(rows - models[k]).pow(2).sum(dim=1) for k in range(models.shape[0])], dim=1)
-    return d.argmin(dim=1)
-
-
 @dataclass
 class IfcaState:
     models: torch.Tensor        # [K, P] cluster models (replicated)
@@ -173,10 +165,10 @@ class Ifca(Algorithm):
     """IFCA's round (IFCA paper Algorithm 1, option II; docs/algorithms.md, "IFCA").
 
     Every rank must know every client's choice: the round's all-gather
-    carries the models clients started from (``gathers_before``), and a
-    client's choice is the cluster model its start equals
-    (:func:`matching_model`).  ``arch``, ``input_shape`` and ``num_classes``
-    build the further cluster inits (:func:`cluster_inits`)."""
+    carries it, one number a client (``gathers_labels``).  The cluster
+    average is column by column, so the models may come in column blocks
+    (``exchange_mb``).  ``arch``, ``input_shape`` and ``num_classes`` build
+    the further cluster inits (:func:`cluster_inits`)."""
 
     arch: str
     input_shape: tuple
@@ -186,7 +178,8 @@ class Ifca(Algorithm):
 
     name = "ifca"
     report_position = 9
-    gathers_before = True
+    gathers_labels = True
+    column_exchange = True
     sections = {"ifca": IfcaConfig}
     paper_results = {("synthetic", None, 4): (60.42, 0.17)}
 
@@ -224,15 +217,15 @@ class Ifca(Algorithm):
             losses = loss_matrix(ctx, state.models)
         choice = assign_clusters(losses)
         trains = trainers(ctx.seed, round_, ctx.n, self.participation)   # only participants' training is read
-        return state, RoundPlan(start=state.models[choice], trains=trains)
+        return state, RoundPlan(start=state.models[choice], trains=trains, labels=choice)
 
     def aggregate(self, state: IfcaState, ctx: Context, view: RoundView):
         """Per-cluster mean of the participants' trained models; a client holds,
         and is evaluated with, the model of the cluster it chose."""
         K = state.models.shape[0]
-        active = participants(ctx.seed, view.round, ctx.n, self.participation, view.all_after.device)
-        choice = matching_model(view.all_before, state.models)
-        models = cluster_average(view.all_after[active], choice[active], K, state.models)
+        active = participants(ctx.seed, view.round, ctx.n, self.participation, ctx.device)
+        choice = view.all_labels.to(ctx.device)   # every client's choice, from the gather
+        models = cluster_average_rows(view, active, choice, K, state.models)
         received = active.to(torch.float64) * K
         new = IfcaState(models, choice, state.ended, state.objectives, state.picked)
         return new, server_result(ctx, models[own(ctx, choice)], choice, received, int(active.sum()))

@@ -23,7 +23,8 @@ warm-up; the medians of the others are reported:
 The growth law printed beside the measurements (``--predict`` prints it
 alone, without running), with C = ceil(n / W) clients per process, P
 parameters, W_g = P (+ P if the algorithm gathers the models before
-training) + 2 gathered columns (training loss, stop/checkpoint flags) and d
+training) + 2 gathered columns (training loss, stop/checkpoint flags; 3 with
+the cluster each client started from, for IFCA and CFL) and d
 the bytes of one client's data ((train + test) x (pixels x bytes + 8)):
 
     gather bytes per rank per round = W x C x W_g x 4            (= n x W_g x 4 when W divides n)
@@ -141,7 +142,8 @@ def law(cfg, world: int, base: float = 0.0) -> dict:
     algo = registry.build(cfg)
     before = algo.gathers_before      # it gathers its models from before training too
     mask_bytes = MASK_BYTES if algo.choice_masks else 0   # bool [C, n] masks of the round's choice, or none
-    width = P * (2 if before else 1) + EXTRA_COLUMNS
+    extra = EXTRA_COLUMNS + (1 if algo.gathers_labels else 0)   # IFCA, CFL: each client's cluster too
+    width = P * (2 if before else 1) + extra
     C = math.ceil(n / world)
     _, shape, _ = model_spec(cfg)
     d = (cfg.data.train_size + cfg.data.test_size) * (math.prod(shape) * input_bytes(cfg) + 8)
@@ -149,7 +151,7 @@ def law(cfg, world: int, base: float = 0.0) -> dict:
     if cfg.exchange_mb > 0:   # column blocks: PANMGrad reads after and before for its similarity, then after again
         parts = 2 if before else 1
         columns = min(exchange_columns(cfg.exchange_mb, n, world, parts), P)
-        gathered = P * (3 if before else 1) + EXTRA_COLUMNS
+        gathered = P * (3 if before else 1) + extra
         held = columns * exchange_column_bytes(n, world, parts)
     else:
         gathered, held = width, (2 * world * C * width * 4 if world > 1 else 0)
