@@ -149,7 +149,7 @@ class Config:
     exchange_mb: float = option(0.0, "the most MiB a process spends receiving the round's models, "
                                      "gathered in column blocks (0: all at once, the fastest; "
                                      "for the algorithms that read no whole peer model: random, fixtopology, "
-                                     "oracle, local, panm_grad, fedavg, fedprox)")
+                                     "oracle, local, panm_grad, fedavg, fedprox, ifca)")
     clients: int = option(100, "number of clients n, at least 2")
     rounds: int = option(300, "total rounds (stage one + stage two)")
     stage1_rounds: int = option(100, "rounds of stage one, T1 (PANM, PENS: 1 <= T1 <= rounds)")
