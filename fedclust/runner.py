@@ -309,10 +309,14 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     t0 = time.time()
     settings = dataclasses.replace(s.settings, lr=cfg.train.round_lr(t))
     algo_state, plan = algo.plan(state.algo_state, ctx, t, state.flat)
-    # trained in place: the held models, or one contiguous copy of the plan's start (often an expanded server model)
-    flat = state.flat if plan.start is state.flat else plan.start.clone(memory_format=torch.contiguous_format)
-    if flat is not state.flat:
-        state.flat = None   # the held models are not read again this round (a server's clients start anew): let go
+    # trained in place: the held models, or one contiguous copy of the plan's start (a server's model for each
+    # client); neither the held models nor the start is read again this round, so both are let go of first
+    if plan.start is state.flat:
+        flat = state.flat
+    else:
+        state.flat, start, plan.start = None, plan.start, None
+        flat = start.clone(memory_format=torch.contiguous_format)
+        del start
     before = flat.clone() if algo.gathers_before else None
     counts = s.data.train_counts   # None: every client holds the full width
     # drawn where they are used (the hash and a stable sort give the same orders on any device)

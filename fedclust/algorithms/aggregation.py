@@ -85,6 +85,9 @@ def gossip_columns(neighbors, own_ids: torch.Tensor, exchange) -> torch.Tensor:
     return out
 
 
+AVERAGE_CHUNK_ELEMENTS = 2**24   # rows x columns of the models an average copies at once (64 MB of float32)
+
+
 def cluster_average_rows(view, rows: torch.Tensor, assign: torch.Tensor, K: int, previous: torch.Tensor,
                          weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`cluster_average` of the gathered models' ``rows`` (bool [n]),
@@ -92,11 +95,23 @@ def cluster_average_rows(view, rows: torch.Tensor, assign: torch.Tensor, K: int,
     column block at a time from ``view.columns``, column for column the same
     sums (``index_add_`` adds each column's rows in order)."""
     rows = rows.to(previous.device)
+    if rows.dtype == torch.bool:
+        rows = rows.nonzero().flatten()
+    assign = assign.to(previous.device)[rows]
+
+    def chunked(models: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:   # the rows copied a chunk at a time
+        out = prev.new_empty(prev.shape)
+        step = max(1, AVERAGE_CHUNK_ELEMENTS // max(rows.numel(), 1))
+        for start in range(0, models.shape[1], step):   # chunks of columns, not clients
+            out[:, start:start + step] = cluster_average(models[rows, start:start + step], assign, K,
+                                                         prev[:, start:start + step], weights)
+        return out
+
     if view.columns is None:
-        return cluster_average(view.all_after[rows], assign[rows], K, previous, weights)
+        return chunked(view.all_after, previous)
     out = previous.new_empty(K, view.columns.width)
     for start, stop, cols in view.columns.blocks(("after",)):   # column blocks: one gather each
-        out[:, start:stop] = cluster_average(cols["after"][rows], assign[rows], K, previous[:, start:stop], weights)
+        out[:, start:stop] = chunked(cols["after"], previous[:, start:stop])
     return out
 
 
@@ -143,9 +158,6 @@ def weighted_average(models: torch.Tensor, weights: torch.Tensor | None = None) 
     if total <= 0:
         raise ValueError("weights sum to 0: no client carries weight; give positive data sizes")
     return pairwise_sum(models * (w / total)[:, None])
-
-
-AVERAGE_CHUNK_ELEMENTS = 2**24   # rows x columns of the models an average copies at once (64 MB of float32)
 
 
 def _average_in_chunks(models: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
@@ -234,7 +246,8 @@ def cluster_average(
     if C and (assign.min() < 0 or assign.max() >= K):
         raise ValueError(f"assign values must lie in [0, {K}), got range [{int(assign.min())}, {int(assign.max())}]")
     w = torch.ones(C, dtype=models.dtype, device=models.device) if weights is None else check_weights(weights, C).to(models.dtype)
-    sums = torch.zeros(K, P, dtype=models.dtype, device=models.device).index_add_(0, assign, models * w[:, None])
+    weighted = models if weights is None else models * w[:, None]   # equal weights: x * 1 is x, no copy
+    sums = torch.zeros(K, P, dtype=models.dtype, device=models.device).index_add_(0, assign, weighted)
     totals = torch.zeros(K, dtype=models.dtype, device=models.device).index_add_(0, assign, w)
     filled = totals > 0
     means = sums / totals.clamp_min(torch.finfo(models.dtype).tiny)[:, None]
