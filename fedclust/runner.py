@@ -301,6 +301,9 @@ class RoundOutcome:
     checkpoint_due: bool         # some rank's checkpoint clock ran out
 
 
+LABEL_LIMIT = 2**24   # RoundPlan.labels travel as float32 in the round's gather: exact below this
+
+
 def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_flag: bool = False) -> RoundOutcome:
     """Round t: plan -> local training -> the round's one gather (weights,
     training losses, the flags, and the models before training if the
@@ -329,8 +332,10 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
     if algo.gathers_labels:   # a number per client every rank must know (exact in float32 below 2^24)
-        if plan.labels is None:
-            raise ValueError(f"{algo.name} declares gathers_labels but its plan gave no labels")
+        if plan.labels is None or (plan.labels.numel() and not 0 <= int(plan.labels.min()) <= int(plan.labels.max())
+                                   < LABEL_LIMIT):
+            raise ValueError(f"{algo.name} declares gathers_labels: its plan must give labels, integers in "
+                             f"[0, 2^24) (float32 carries them exactly)")
         flags = torch.cat([flags, plan.labels.to(device=flat.device, dtype=flat.dtype)[:, None]], dim=1)
     view, all_loss, extra = _exchange(s, t, flat, before, train_loss, flags)
     all_flags = extra[:, 0]

@@ -85,36 +85,6 @@ def gossip_columns(neighbors, own_ids: torch.Tensor, exchange) -> torch.Tensor:
     return out
 
 
-AVERAGE_CHUNK_ELEMENTS = 2**24   # rows x columns of the models an average copies at once (64 MB of float32)
-
-
-def cluster_average_rows(view, rows: torch.Tensor, assign: torch.Tensor, K: int, previous: torch.Tensor,
-                         weights: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`cluster_average` of the gathered models' ``rows`` (bool [n]),
-    ``assign`` [n] their clusters → ``[K, P]``: from ``view.all_after``, or a
-    column block at a time from ``view.columns``, column for column the same
-    sums (``index_add_`` adds each column's rows in order)."""
-    rows = rows.to(previous.device)
-    if rows.dtype == torch.bool:
-        rows = rows.nonzero().flatten()
-    assign = assign.to(previous.device)[rows]
-
-    def chunked(models: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:   # the rows copied a chunk at a time
-        out = prev.new_empty(prev.shape)
-        step = max(1, AVERAGE_CHUNK_ELEMENTS // max(rows.numel(), 1))
-        for start in range(0, models.shape[1], step):   # chunks of columns, not clients
-            out[:, start:start + step] = cluster_average(models[rows, start:start + step], assign, K,
-                                                         prev[:, start:start + step], weights)
-        return out
-
-    if view.columns is None:
-        return chunked(view.all_after, previous)
-    out = previous.new_empty(K, view.columns.width)
-    for start, stop, cols in view.columns.blocks(("after",)):   # column blocks: one gather each
-        out[:, start:stop] = chunked(cols["after"], previous[:, start:stop])
-    return out
-
-
 def check_weights(weights: torch.Tensor, count: int, name: str = "weights") -> torch.Tensor:
     """Validate client weights (data sizes ``n_i``): ``[count]``, finite, ≥ 0."""
     if weights.dim() != 1 or weights.shape[0] != count:
@@ -160,31 +130,62 @@ def weighted_average(models: torch.Tensor, weights: torch.Tensor | None = None) 
     return pairwise_sum(models * (w / total)[:, None])
 
 
-def _average_in_chunks(models: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
-    """:func:`weighted_average` of ``models[rows]`` ([n, B]) → ``[B]``, copying
-    the chosen rows a chunk of columns at a time (bounded memory; the same
-    bits, the sum being column by column)."""
-    rows = rows.to(models.device)
-    if rows.dtype == torch.bool:
-        rows = rows.nonzero().flatten()
+AVERAGE_CHUNK_ELEMENTS = 2**24   # rows x columns of the models an average copies at once (64 MB of float32)
+
+
+def _gathered(view):
+    """``(start, [n, columns])`` of the round's gathered models: the whole
+    ``view.all_after`` at once, or a column block at a time from
+    ``view.columns`` (the exchange in column blocks, one gather each)."""
+    if view.columns is None:
+        yield 0, view.all_after
+        return
+    for start, _, cols in view.columns.blocks(("after",)):
+        yield start, cols["after"]
+
+
+def _row_chunks(models: torch.Tensor, rows: torch.Tensor):
+    """``(start, stop, models[rows, start:stop])`` over chunks of columns of
+    at most :data:`AVERAGE_CHUNK_ELEMENTS` numbers: the chosen rows are never
+    copied all at once (a view when every row is chosen)."""
     every = rows.numel() == models.shape[0] and bool((rows == torch.arange(len(rows), device=rows.device)).all())
     step = max(1, AVERAGE_CHUNK_ELEMENTS // max(rows.numel(), 1))
-    out = models.new_empty(models.shape[1])
     for start in range(0, models.shape[1], step):   # chunks of columns, not clients
-        chunk = models[:, start:start + step] if every else models[rows, start:start + step]   # a view, or a copy
-        out[start:start + step] = weighted_average(chunk, weights)
-    return out
+        stop = min(start + step, models.shape[1])
+        yield start, stop, models[:, start:stop] if every else models[rows, start:stop]
+
+
+def _row_indices(rows: torch.Tensor, device) -> torch.Tensor:
+    rows = rows.to(device)
+    return rows.nonzero().flatten() if rows.dtype == torch.bool else rows
 
 
 def average_rows(view, rows: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`weighted_average` of the gathered models' ``rows`` (bool [n] or
-    indices) → ``[P]``: from ``view.all_after``, or a column block at a time
-    from ``view.columns`` (the exchange in column blocks), with the same bits."""
-    if view.columns is None:
-        return _average_in_chunks(view.all_after, rows, weights)
-    out = view.columns.parts["after"].new_empty(view.columns.width)
-    for start, stop, cols in view.columns.blocks(("after",)):   # column blocks: one gather each
-        out[start:stop] = _average_in_chunks(cols["after"], rows, weights)
+    indices) → ``[P]``, read whole or in column blocks (``view.columns``) and
+    a chunk of columns at a time: the same bits either way, the sum being
+    column by column (:func:`pairwise_sum`)."""
+    mine = view.after   # this rank's models: the dtype and device of the gathered ones
+    out = mine.new_empty(view.columns.width if view.columns is not None else view.all_after.shape[1])
+    for offset, models in _gathered(view):
+        for start, stop, chunk in _row_chunks(models, _row_indices(rows, models.device)):
+            out[offset + start:offset + stop] = weighted_average(chunk, weights)
+    return out
+
+
+def cluster_average_rows(view, rows: torch.Tensor, assign: torch.Tensor, K: int, previous: torch.Tensor,
+                         weights: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`cluster_average` of the gathered models' ``rows`` (bool [n] or
+    indices), ``assign [n]`` every client's cluster → ``[K, P]``, read as
+    :func:`average_rows` reads them, with the same bits (``index_add_`` adds
+    each column's rows in order)."""
+    rows = _row_indices(rows, previous.device)
+    assign = assign.to(previous.device)[rows]
+    out = torch.empty_like(previous)
+    for offset, models in _gathered(view):
+        for start, stop, chunk in _row_chunks(models, rows.to(models.device)):
+            a, b = offset + start, offset + stop
+            out[:, a:b] = cluster_average(chunk, assign, K, previous[:, a:b], weights)
     return out
 
 
