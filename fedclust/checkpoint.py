@@ -30,7 +30,7 @@ from fedclust.algorithms import registry
 from fedclust.errors import ConfigError
 from fedclust.models import file_sha256, model_name, model_source
 from fedclust.outputs import RUN_FILES
-from fedclust.schema import CORE_KEYS, absent_key_values
+from fedclust.schema import CORE_KEYS, absent_key_values, flatten
 
 FORMAT = 1
 DIRNAME = "checkpoints"
@@ -125,22 +125,12 @@ def write(out: str | Path, round_: int, payload: dict, keep: int = KEEP) -> Path
     return final
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def _with_defaults(config: dict) -> dict:
     """``config`` flattened, every key it lacks read as
     :func:`fedclust.schema.absent_key_values` says (its default, or how runs
     behaved before it existed), so a checkpoint written by an earlier
     fedclust resumes unless the key now asks for something else."""
-    return {**absent_key_values(), **_flatten(config)}
+    return {**absent_key_values(), **flatten(config)}
 
 
 def config_differences(saved: dict, now: dict, sections: tuple[str, ...] = ()) -> list[str]:

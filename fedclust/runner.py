@@ -313,13 +313,11 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     settings = dataclasses.replace(s.settings, lr=cfg.train.round_lr(t))
     algo_state, plan = algo.plan(state.algo_state, ctx, t, state.flat)
     # trained in place: the held models, or one contiguous copy of the plan's start (a server's model for each
-    # client); neither the held models nor the start is read again this round, so both are let go of first
-    if plan.start is state.flat:
-        flat = state.flat
-    else:
-        state.flat, start, plan.start = None, plan.start, None
-        flat = start.clone(memory_format=torch.contiguous_format)
-        del start
+    # client); neither is read again this round: the held models go before the copy, the start after it
+    flat = state.flat
+    if plan.start is not flat:
+        state.flat = None
+        flat, plan.start = plan.start.clone(memory_format=torch.contiguous_format), None
     before = flat.clone() if algo.gathers_before else None
     counts = s.data.train_counts   # None: every client holds the full width
     # drawn where they are used (the hash and a stable sort give the same orders on any device)
@@ -331,16 +329,8 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
                              train=None if trains is None else trains.cpu()[s.ctx.client_ids.cpu()])
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
-    if algo.gathers_labels:   # a number per client every rank must know (exact in float32 below 2^24)
-        if plan.labels is None or (plan.labels.numel() and not 0 <= int(plan.labels.min()) <= int(plan.labels.max())
-                                   < LABEL_LIMIT):
-            raise ValueError(f"{algo.name} declares gathers_labels: its plan must give labels, integers in "
-                             f"[0, 2^24) (float32 carries them exactly)")
-        flags = torch.cat([flags, plan.labels.to(device=flat.device, dtype=flat.dtype)[:, None]], dim=1)
-    view, all_loss, extra = _exchange(s, t, flat, before, train_loss, flags)
-    all_flags = extra[:, 0]
-    if algo.gathers_labels:
-        view.all_labels = extra[:, 1].to(torch.int64)
+    labels = _labels(algo, plan) if algo.gathers_labels else None
+    view, all_loss, all_flags = _exchange(s, t, flat, before, train_loss, flags, labels)
     del before   # the view holds what the algorithm needs; it drops the models from before when done with them
     trained = None if trains is None else trains.to(all_loss.device)
     diverged = ~torch.isfinite(all_loss) if trained is None else ~torch.isfinite(all_loss) & trained
@@ -360,22 +350,36 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
                         checkpoint_due=bool(raised & DUE_BIT))
 
 
-def _exchange(s: Setup, t: int, flat, before, train_loss, flags):
-    """The round's gather: (view, every client's training loss, every client's flags [n, 1] (and label
-    [n, 2])).  Whole models in one
-    collective, or (``s.columns``) the losses and flags in one and the models in column blocks as the algorithm
-    reads them (:class:`fedclust.dist.ColumnBlocks`)."""
+def _labels(algo, plan) -> torch.Tensor:
+    """The plan's labels as the gather carries them: integers in [0, 2^24), exact in float32."""
+    labels = plan.labels
+    if labels is None or (labels.numel() and not 0 <= int(labels.min()) <= int(labels.max()) < LABEL_LIMIT):
+        raise ValueError(f"{algo.name} declares gathers_labels: its plan must give labels, integers in [0, 2^24) "
+                         "(float32 carries them exactly)")
+    return labels
+
+
+def _exchange(s: Setup, t: int, flat, before, train_loss, flags, labels=None):
+    """The round's gather: (view, every client's training loss, every client's flags); ``labels`` [C] go as
+    one more column, to ``view.all_labels``.  Whole models in one collective, or (``s.columns``) the losses,
+    flags and labels in one and the models in column blocks as the algorithm reads them
+    (:class:`fedclust.dist.ColumnBlocks`)."""
     small = [train_loss[:, None].to(flat.dtype), flags]
+    if labels is not None:
+        small.append(labels.to(device=flat.device, dtype=flat.dtype)[:, None])
     if s.columns:
         got = s.collective(t, gather_parts, s.fabric, small, s.n)
         parts = {"after": flat} if before is None else {"after": flat, "before": before}
         blocks = ColumnBlocks(s.fabric, parts, s.n, s.columns, collective=lambda fn, *a: s.collective(t, fn, *a))
-        return (RoundView(round=t, before=before, after=flat, all_after=None, columns=blocks),
-                got[0][:, 0], got[1])
-    got = s.collective(t, gather_parts, s.fabric, [flat, *small] + ([] if before is None else [before]), s.n)
-    view = RoundView(round=t, before=before, after=flat, all_after=got[0],
-                     all_before=got[3] if before is not None else None)
-    return view, got[1][:, 0], got[2]
+        view = RoundView(round=t, before=before, after=flat, all_after=None, columns=blocks)
+    else:
+        got = s.collective(t, gather_parts, s.fabric, [flat, *small] + ([] if before is None else [before]), s.n)
+        view = RoundView(round=t, before=before, after=flat, all_after=got[0],
+                         all_before=got[-1] if before is not None else None)
+        got = got[1:1 + len(small)]
+    if labels is not None:
+        view.all_labels = got[2][:, 0].to(torch.int64)
+    return view, got[0][:, 0], got[1][:, 0]
 
 
 def _stage1_arrays(s: Setup, state: LoopState) -> dict:

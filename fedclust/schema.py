@@ -428,6 +428,17 @@ def to_dict(cfg: Config) -> dict:
     return out
 
 
+def flatten(d: dict, prefix: str = "") -> dict:
+    """A nested config dict (:func:`to_dict`) as {dotted key: value}."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def absent_key_values() -> dict:
     """What each key reads as in a config written before it existed (a
     checkpoint's, a run directory's config.yaml), flattened to dotted keys:
@@ -435,16 +446,7 @@ def absent_key_values() -> dict:
     except where a section declares otherwise in its ``before_the_key``
     class attribute ({key: the value that describes how runs behaved before
     it}; e.g. CFL carved no validation split before ``cfl.validation``)."""
-    values = {}
-
-    def walk(d: dict, prefix: str) -> None:
-        for k, v in d.items():
-            if isinstance(v, dict):
-                walk(v, f"{prefix}{k}.")
-            else:
-                values[f"{prefix}{k}"] = v
-
-    walk(to_dict(Config()), "")
+    values = flatten(to_dict(Config()))
     for name, cls in SECTIONS.items():
         values.update({f"{name}.{k}": v for k, v in getattr(cls, "before_the_key", {}).items()})
     return values

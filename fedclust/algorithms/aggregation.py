@@ -165,10 +165,10 @@ def average_rows(view, rows: torch.Tensor, weights: torch.Tensor | None = None) 
     indices) → ``[P]``, read whole or in column blocks (``view.columns``) and
     a chunk of columns at a time: the same bits either way, the sum being
     column by column (:func:`pairwise_sum`)."""
-    mine = view.after   # this rank's models: the dtype and device of the gathered ones
-    out = mine.new_empty(view.columns.width if view.columns is not None else view.all_after.shape[1])
+    rows = _row_indices(rows, view.after.device)   # view.after: this rank's models, where the gathered ones are
+    out = view.after.new_empty(view.columns.width if view.columns is not None else view.all_after.shape[1])
     for offset, models in _gathered(view):
-        for start, stop, chunk in _row_chunks(models, _row_indices(rows, models.device)):
+        for start, stop, chunk in _row_chunks(models, rows):
             out[offset + start:offset + stop] = weighted_average(chunk, weights)
     return out
 
@@ -183,7 +183,7 @@ def cluster_average_rows(view, rows: torch.Tensor, assign: torch.Tensor, K: int,
     assign = assign.to(previous.device)[rows]
     out = torch.empty_like(previous)
     for offset, models in _gathered(view):
-        for start, stop, chunk in _row_chunks(models, rows.to(models.device)):
+        for start, stop, chunk in _row_chunks(models, rows):
             a, b = offset + start, offset + stop
             out[:, a:b] = cluster_average(chunk, assign, K, previous[:, a:b], weights)
     return out
