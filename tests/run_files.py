@@ -33,16 +33,61 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 RESUMED_ON_TWO = ("panm_grad", "ifca", "fedgroup")
 
 
-def golden_here() -> bool:
-    """Whether tests/golden/ was recorded with this torch build and CPU instruction set: then a run of its
-    config, on one thread per process, equals it bit for bit (tests/test_golden.py)."""
+# The SIMD features of the CPU that pick torch's, MKL's and oneDNN's kernels: two CPUs with the same ATen capability
+# (AVX512, say) but other features round float32 sums differently (seen: every golden run but one differed from
+# round 1 in its losses' last bits on a CPU with AVX512-FP16 and AMX, all within 1e-6 relative).
+_SIMD = ("avx", "amx", "fma", "f16c", "sse", "ssse", "vnni", "bmi", "adx", "sha_ni", "vaes", "vpclmul", "gfni")
+
+
+def machine_fingerprint() -> dict:
+    """What a run's float32 bits depend on besides the code: the torch build, ATen's CPU capability and the
+    CPU's vendor and SIMD features (Linux's /proc/cpuinfo; empty elsewhere)."""
     import torch
 
-    env = json.loads((GOLDEN / "environment.json").read_text())
-    return env["torch"] == torch.__version__ and env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    vendor, flags = "", []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "vendor_id" and not vendor:
+                vendor = value.strip()
+            if key.strip() == "flags":
+                flags = sorted(f for f in value.split() if f.startswith(_SIMD))
+                break
+    except OSError:
+        pass
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_vendor": vendor, "cpu_simd": flags}
+
+
+def machine_id(fingerprint: dict | None = None) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(fingerprint or machine_fingerprint(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def golden_dir() -> Path | None:
+    """The golden files recorded on a machine like this one (``tests/golden/machines/<machine id>/``, or the
+    first recording, ``tests/golden/``, whose CPU features were not recorded, where the torch build and ATen
+    capability match it); None: none was, and floats are compared to 1e-6 (tests/golden/README.md)."""
+    import torch
+
+    here = GOLDEN / "machines" / machine_id()
+    if (here / "environment.json").is_file():
+        return here
+    first = json.loads((GOLDEN / "environment.json").read_text())
+    if first["torch"] == torch.__version__ and first["cpu_capability"] == torch.backends.cpu.get_cpu_capability():
+        return GOLDEN
+    return None
+
+
+def golden_here() -> bool:
+    """Whether tests/golden/ holds a recording made on a machine like this one: then a run of its config, on
+    one thread per process, equals it bit for bit (tests/test_golden.py)."""
+    return golden_dir() is not None
 
 
 def golden(name: str) -> tuple[list[dict], dict]:
     """The golden metrics and summary of ``name``, wall times removed (as :func:`results` gives a run's)."""
-    records = [without_wall(json.loads(x)) for x in (GOLDEN / f"{name}.jsonl").read_text().splitlines()]
-    return records, without_wall(json.loads((GOLDEN / f"{name}.summary.json").read_text()))
+    d = golden_dir() or GOLDEN
+    records = [without_wall(json.loads(x)) for x in (d / f"{name}.jsonl").read_text().splitlines()]
+    return records, without_wall(json.loads((d / f"{name}.summary.json").read_text()))

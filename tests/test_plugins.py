@@ -125,7 +125,7 @@ def test_every_registered_algorithm_runs_on_two_processes_as_on_one(tmp_path, na
     if golden_here():
         assert results(tmp_path / "two") == golden(name)
         return
-    golden_records = golden(name)[0]
+    golden_records, two = golden(name)[0], results(tmp_path / "two")[0]
     assert len(two) == len(golden_records)
     for a, b in zip(golden_records, two):
         assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01), a["round"]

@@ -1,6 +1,7 @@
 """Record the golden metrics of a short run of every registered algorithm.
 
     python tests/golden/record.py            # writes tests/golden/<algorithm>.jsonl
+    python tests/golden/record.py --machine  # this machine's recording, tests/golden/machines/<id>/
 
 tests/test_golden.py runs the same runs and compares every number (wall
 times aside).  Re-record only on a deliberate change of results, and say so
@@ -56,12 +57,22 @@ def algorithm_names() -> list[str]:
 
 
 def main() -> int:
-    names = sys.argv[1:] or algorithm_names()
+    args = sys.argv[1:]
+    out = HERE
+    if "--machine" in args:   # a machine whose CPU rounds differently: its own files, the same runs
+        sys.path.insert(0, str(HERE.parent))
+        from run_files import machine_fingerprint, machine_id
+
+        args.remove("--machine")
+        out = HERE / "machines" / machine_id()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "environment.json").write_text(json.dumps(machine_fingerprint(), indent=1) + "\n")
+    names = args or algorithm_names()
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             lines = golden_run(name, Path(tmp) / name)
-            (HERE / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-            (HERE / f"{name}.summary.json").write_text(json.dumps(golden_summary(Path(tmp) / name), indent=1) + "\n")
+            (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+            (out / f"{name}.summary.json").write_text(json.dumps(golden_summary(Path(tmp) / name), indent=1) + "\n")
             print(f"{name}: {len(lines)} rounds, final accuracy {lines[-1]['accuracy']:.2f}")
     return 0
 
