@@ -6,10 +6,16 @@ of plain tensors, numbers, lists and dicts; read back with
 r to r + 1: every client's weights ``[n, P]``, the algorithm's state
 (per-client rows gathered from every rank, server state once), the traffic
 counters, the stage-one aggregation counts, the metrics written so far, the
-tracking run's id and the resolved config.  It is written by rank 0 to a
-temporary name, flushed to disk and renamed, so a file under the final name
-is complete; the newest two are kept.  A file that cannot be read (torn by a
-crash of the disk, truncated) is skipped with a warning naming it.
+tracking run's id, the run's compute time so far and the resolved config.
+It is written by rank 0 to a temporary name, flushed to disk and renamed, so
+a file under the final name is complete; the newest two are kept.  It
+carries a SHA-256 of its contents (every tensor's bytes, dtype and shape,
+every other value; :func:`digest`), checked on load: a file that cannot be
+read (torn by a crash of the disk, truncated) or whose contents are not
+what was written (a damaged sector, a stray write) is skipped with a warning
+naming it and the cause, and the run continues from an older one; when none
+passes, the run refuses to start, naming each.  A checkpoint that would not
+fit on the disk is not begun; one whose write fails leaves no partial file.
 
 Rows are saved in global client order, so a run may resume on any number of
 processes: each rank takes the rows of the clients it holds.
@@ -17,27 +23,33 @@ processes: each rank takes the rows of the clients it holds.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import re
+import shutil
 import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
 from fedclust.algorithms import registry
-from fedclust.errors import ConfigError
+from fedclust.errors import CheckpointError, ConfigError
 from fedclust.models import file_sha256, model_name, model_source
 from fedclust.outputs import RUN_FILES
 from fedclust.schema import CORE_KEYS, absent_key_values, flatten
 
-FORMAT = 1
+FORMAT = 2            # 2: with CHECKSUM; 1 (read, unverified, with a warning): before checksums
+FORMATS = (1, 2)
+CHECKSUM = "checksum"   # sha256 hex digest of every other entry (digest)
 DIRNAME = "checkpoints"
 KEEP = 2
 # Keys that may differ between a checkpoint's config and the resuming run's: run length and outputs.
 RESUMABLE_KEYS = ("rounds", "out", "label", "progress", "figures", "eval_every", "checkpoint_every", "resume", "overwrite",
-                  "collective_timeout", "plugins", "wandb.")
+                  "collective_timeout", "startup_timeout", "plugins", "wandb.")
 _NAME = re.compile(r"^round-(\d{6,})\.pt$")
 
 
@@ -76,39 +88,157 @@ def candidates(out: str | Path) -> list[tuple[int, Path]]:
     return sorted(found, reverse=True)
 
 
+def _feed(h, value) -> None:
+    """Add ``value`` to the hash ``h``, by type, so that two payloads feed the
+    same bytes exactly when they hold the same values: a tensor or array by
+    dtype, shape and raw bytes; a dict by its items in key order; a list or
+    tuple by its items; any other value by its type and ``repr`` (a float's
+    repr gives its bits back)."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)};".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy())
+    elif isinstance(value, np.ndarray):
+        a = np.ascontiguousarray(value)
+        h.update(f"A{a.dtype.str}{a.shape};".encode())
+        h.update(a.reshape(-1).view(np.uint8))
+    elif isinstance(value, dict):
+        h.update(f"D{len(value)};".encode())
+        for k in sorted(value, key=lambda k: (type(k).__name__, repr(k))):
+            _feed(h, k)
+            _feed(h, value[k])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"{'L' if isinstance(value, list) else 'U'}{len(value)};".encode())
+        for v in value:
+            _feed(h, v)
+    else:
+        text = repr(value).encode()
+        h.update(f"V{type(value).__name__}{len(text)};".encode())
+        h.update(text)
+
+
+def digest(payload: dict) -> str:
+    """SHA-256 (hex) of a checkpoint's contents, its :data:`CHECKSUM` aside."""
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in payload.items() if k != CHECKSUM})
+    return h.hexdigest()
+
+
+def payload_bytes(value) -> int:
+    """The tensors' and arrays' bytes in a payload: about what it takes on disk."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, dict):
+        return sum(payload_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(payload_bytes(v) for v in value)
+    return 0
+
+
 def read(path: str | Path) -> dict:
-    """A checkpoint's contents (CPU tensors); raises on a torn or foreign file."""
+    """A checkpoint's contents (CPU tensors); raises on a torn, foreign or
+    damaged file (its checksum does not match).  A checkpoint of the format
+    before checksums comes back with ``payload["verified"] = False``."""
     payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)   # pages read when used
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT or not payload.get("complete"):
+    if not isinstance(payload, dict) or payload.get("format") not in FORMATS or not payload.get("complete"):
         raise ValueError(f"not a complete fedclust checkpoint (format {FORMAT})")
+    if payload["format"] == 1:
+        return dict(payload, verified=False)
+    want, got = payload.get(CHECKSUM), digest(payload)
+    if want != got:
+        raise ValueError(f"its contents do not match the checksum written with them (sha256 {str(want)[:12]}... "
+                         f"written, {got[:12]}... read): the file was changed or damaged after it was written")
     return payload
+
+
+def scan(out: str | Path) -> tuple[tuple[Path, dict] | None, list[tuple[Path, str]]]:
+    """(the newest checkpoint that reads back whole and verified, or None;
+    the newer ones skipped, each with why), warning about each one skipped."""
+    skipped: list[tuple[Path, str]] = []
+    for _, path in candidates(out):
+        try:
+            payload = read(path)
+        except Exception as exc:   # torn, truncated, foreign, damaged: say so and fall back to an older one
+            why = f"{type(exc).__name__}: {exc}"
+            skipped.append((path, why))
+            warnings.warn(f"checkpoint {path} cannot be used ({why}); skipping it and using an older one",
+                          stacklevel=2)
+            continue
+        if payload.get("verified") is False:
+            warnings.warn(f"checkpoint {path} was written by an earlier fedclust, without a checksum: it is used "
+                          "unverified", stacklevel=2)
+        return (path, payload), skipped
+    return None, skipped
 
 
 def newest(out: str | Path) -> tuple[Path, dict] | None:
     """The newest checkpoint that reads back whole, skipping (with a warning
     naming each) those that do not; None if there is none."""
-    for _, path in candidates(out):
-        try:
-            return path, read(path)
-        except Exception as exc:   # torn, truncated, foreign: say so and fall back to an older one
-            warnings.warn(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); skipping it and using "
-                          "an older one", stacklevel=2)
-    return None
+    return scan(out)[0]
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
+def _cannot_write(d: Path, name: str, exc: OSError | None, need: int, free: int | None) -> CheckpointError:
+    older = candidates(d.parent)
+    resume = (f"it continues from {older[0][1].name} (round {older[0][0]})" if older
+              else "it starts again from round 1")
+    if exc is None or exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        space = f"it needs about {_human(need)}" + (f", {_human(free)} free" if free is not None else "")
+        return CheckpointError(f"cannot write checkpoint {name} in {d}: no space left on the device ({space}); "
+                               f"free space there or choose another out=DIR (moving the run there), then run the "
+                               f"same command again: {resume}")
+    return CheckpointError(f"cannot write checkpoint {name} in {d}: {exc.strerror or exc} (errno {exc.errno}); "
+                           f"make the directory writable or choose another out=DIR, then run the same command "
+                           f"again: {resume}")
 
 
 def write(out: str | Path, round_: int, payload: dict, keep: int = KEEP) -> Path:
-    """Write atomically (temporary name, flush, fsync, rename), then delete
-    all but the newest ``keep`` checkpoints."""
+    """Write atomically (temporary name, flush, fsync, rename) with the
+    payload's :func:`digest`, then delete all but the newest ``keep``
+    checkpoints.  A write that does not fit on the disk is not begun; one
+    that fails removes its temporary file; both raise
+    :class:`fedclust.errors.CheckpointError` saying what to do."""
     d = directory(out)
     d.mkdir(parents=True, exist_ok=True)
+    for stale in d.glob("*.pt.tmp*"):   # left by a crash mid-write: their space first
+        stale.unlink(missing_ok=True)
     final = path_for(out, round_)
     tmp = final.with_name(final.name + f".tmp{os.getpid()}")
     payload = dict(payload, format=FORMAT, round=round_, complete=True)
-    with open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    payload[CHECKSUM] = digest(payload)
+    need = payload_bytes(payload) + (1 << 20)   # pickled numbers, lists and the zip's headers: well under 1 MB
+    try:
+        free = shutil.disk_usage(d).free
+    except OSError:
+        free = None
+    if free is not None and free < need:
+        raise _cannot_write(d, final.name, None, need, free)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        try:
+            free = shutil.disk_usage(d).free
+        except OSError:
+            free = None
+        raise _cannot_write(d, final.name, exc, need, free) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     try:
         fd = os.open(d, os.O_RDONLY)
         try:
@@ -119,9 +249,6 @@ def write(out: str | Path, round_: int, payload: dict, keep: int = KEEP) -> Path
         pass
     for _, old in candidates(out)[keep:]:
         old.unlink(missing_ok=True)
-    for stale in d.glob("*.pt.tmp*"):   # left by a crash mid-write
-        if stale.name != tmp.name:
-            stale.unlink(missing_ok=True)
     return final
 
 
@@ -210,8 +337,13 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
                               f"another out=DIR, move the old run away, {replace}, or drop resume=never to "
                               "continue it")
         return None
-    found = newest(out)
+    found, skipped = scan(out)
     sections = tuple(registry.get(cfg.algorithm.name).sections)
+    if found is None and skipped and not cfg.overwrite:
+        each = "; ".join(f"{p.name}: {why}" for p, why in skipped)
+        raise CheckpointError(f"no checkpoint under {directory(out)} can be used ({each}). The run cannot continue "
+                              "from them; to run it again from round 1 (the same results: every draw is keyed on "
+                              "seed, round and client), move that folder away or set overwrite=true")
     if found is None:
         if cfg.resume == "require":
             raise ConfigError("resume", "require", f"no readable checkpoint under {directory(out)}; run without "
@@ -222,6 +354,14 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
                               f"asked: choose another out=DIR, move the old run away, or {replace}")
         return None
     path, payload = found
+    done = int(payload["round"])
+    if cfg.rounds < done:   # a run's record never says fewer rounds than it holds
+        if cfg.overwrite:
+            return None
+        what = "finished" if (p / "summary.json").exists() else "has run"
+        raise ConfigError("rounds", cfg.rounds, f"the run in {out} {what} {done} rounds (checkpoint {path.name}); a "
+                          f"run is never cut back: give rounds={done} or more to continue it, another out=DIR for "
+                          "a shorter run, or overwrite=true to replace it")
     diff = config_differences(payload["config"], config_dict, sections)
     if diff and not cfg.overwrite:
         old, new = _with_defaults(payload["config"]), _with_defaults(config_dict)

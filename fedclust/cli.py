@@ -7,12 +7,14 @@ Each command imports only what it needs, so ``fedclust --help``,
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
 from fedclust.errors import FedclustError
 
 EXIT_CONFIG = 2   # a config or usage error (argparse uses 2 as well)
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # a full, over-quota or read-only disk: one line, no traceback
 
 RUN_EPILOG = """\
 out: the run directory, by default runs/<algorithm>-<data>-s<seed>-<time>.
@@ -29,9 +31,11 @@ exit status:
   0   the run finished
   2   an error fedclust explains in one line: a config error (naming the key,
       the bad value and the fix; found before any data is read or process
-      group starts), missing data, a diverged run, a rank that stopped
-  75  stopped by SIGUSR1 or SIGTERM after writing a checkpoint: run the same
-      command again to continue (inside Slurm the job is requeued)
+      group starts), missing data, a diverged run, a rank that stopped or
+      did not start, no usable checkpoint, a full disk
+  75  stopped by SIGUSR1 or SIGTERM, after writing a checkpoint or during
+      start-up before writing anything: run the same command again to
+      continue (inside Slurm the job is requeued)
   1   anything else (a traceback)
 
 examples:
@@ -142,7 +146,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; ``argv`` None: the process's own (the program's entry point)."""
+    process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run":
+        return _main_run(argv, process)
+    return _main(argv)
+
+
+def _main_run(argv: list[str], process: bool) -> int:
+    """``fedclust run``: SIGUSR1/SIGTERM are fedclust's from the first line
+    (a signal while the config and data load stops the process at once, with
+    a line saying so; one after the run's last line changes nothing: exit
+    0), and under torchrun the process stops as on SIGTERM if torchrun dies.
+    As the program's entry point (``process``) the handlers stay until the
+    process exits; called as a function, they go back to what they were."""
+    from fedclust.stopping import REQUEST, StartupSignal, stop_with_parent, stopped_at_startup
+
+    REQUEST.install()
+    REQUEST.begin()
+    stop_with_parent()
+    try:
+        try:
+            return _main(argv)
+        except StartupSignal as sig:   # before the run began (config, plugins, imports)
+            from fedclust.dist import launch_rank
+
+            exc = stopped_at_startup(sig.signal, launch_rank())
+            print(f"fedclust: {exc}", file=sys.stderr)
+            return exc.exit_code
+    finally:
+        REQUEST.finished()   # the run is over, whichever way: a signal now changes nothing
+        if not process:
+            REQUEST.restore()
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv and argv[0] == "bench":
             from fedclust.bench import local as bench
@@ -172,6 +211,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fedclust: {exc}", file=sys.stderr)
             return code
         print(f"fedclust: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"fedclust: error: {exc.strerror}{where} (errno {exc.errno}); free space there or choose another "
+              "out=DIR, then run the same command again: a run continues from its newest checkpoint",
+              file=sys.stderr)
         return EXIT_CONFIG
 
 

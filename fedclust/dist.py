@@ -11,6 +11,8 @@ import time
 
 import torch
 
+from fedclust.errors import StartupError
+
 
 def world_from_env() -> tuple[int, int]:
     """(devices per node, nodes) as the launcher set them: torchrun's
@@ -83,20 +85,84 @@ class OneProcess:
         pass
 
 
-def make_fabric(device: str, timeout_seconds: float = 1800.0):
+def make_fabric(device: str, timeout_seconds: float = 1800.0, startup_seconds: float = 180.0):
     """A launched Fabric for the detected environment (gloo on CPU, NCCL on
     GPU) when the launcher started several processes; a collective waits at
-    most ``timeout_seconds`` for the other ranks.  One process gets
-    :class:`OneProcess`."""
+    most ``timeout_seconds`` for the other ranks.  The processes first wait
+    at most ``startup_seconds`` for each other (:func:`startup_store`): a
+    rank that died or hangs in start-up is named then, not after a
+    collective's timeout.  One process gets :class:`OneProcess`."""
     devices, nodes = world_from_env()
     accelerator = resolve_device(device)
     if devices * nodes == 1:
         return OneProcess(accelerator)
     Fabric, DDPStrategy = import_fabric()
-    strategy = DDPStrategy(timeout=datetime.timedelta(seconds=float(timeout_seconds)))
+    timeout = datetime.timedelta(seconds=float(timeout_seconds))
+    strategy = DDPStrategy(timeout=timeout)
     fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=nodes, strategy=strategy)
+    # The process group is formed here, on a store every rank has announced itself on; Fabric's launch then
+    # finds it formed and uses it.  Rank and address as Fabric's DDP strategy computes them.
+    rank, world = fabric.node_rank * devices + fabric.local_rank, devices * nodes
+    env = fabric.strategy.cluster_environment
+    store = startup_store(env.main_address, env.main_port, rank, world, startup_seconds, timeout_seconds)
+    kwargs = {"device_id": torch.device("cuda", fabric.local_rank)} if accelerator == "cuda" else {}
+    torch.distributed.init_process_group("nccl" if accelerator == "cuda" else "gloo", store=store, rank=rank,
+                                         world_size=world, timeout=timeout, **kwargs)
     fabric.launch()
     return fabric
+
+
+STARTUP_PREFIX = "fedclust/started"
+
+
+def startup_store(host: str, port: int, rank: int, world: int, startup_seconds: float,
+                  timeout_seconds: float):
+    """The run's rendezvous store (rank 0 serves it, or torchrun's agent does),
+    once every rank has announced itself on it.  A rank that cannot reach it
+    within ``startup_seconds``, or that waits longer for another rank,
+    raises :class:`fedclust.errors.StartupError` naming the missing ranks.
+    The store then waits up to ``timeout_seconds`` (NCCL exchanges its ids
+    through it at the first collective, after every rank's data is read)."""
+    from torch.distributed import TCPStore
+
+    fix = (f"read that rank's own output for its error; a slow start (many nodes, a slow file system) needs a "
+           f"larger startup_timeout (now {startup_seconds:g} s)")
+    agent = (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and os.environ.get("MASTER_ADDR") == host
+             and os.environ.get("MASTER_PORT") == str(port))   # torchrun's agent serves the store there
+    wait = datetime.timedelta(seconds=float(startup_seconds))
+    try:
+        store = TCPStore(host, port, world_size=world, is_master=rank == 0 and not agent, timeout=wait,
+                         wait_for_workers=False, multi_tenant=True)
+    except (RuntimeError, torch.distributed.DistError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if rank == 0 and not agent:
+            raise StartupError(f"rank 0: cannot serve the run's rendezvous at {host}:{port} ({first}); another "
+                               "program holds the port, or a run's processes were started twice; free it or set "
+                               "MASTER_PORT to a free port") from None
+        raise StartupError(f"rank {rank}: rank 0 did not open the run's rendezvous at {host}:{port} within "
+                           f"startup_timeout = {startup_seconds:g} s: it died or hangs in start-up, or was never "
+                           f"started ({first}); {fix}") from None
+    attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    keys = [f"{STARTUP_PREFIX}/{attempt}/{r}" for r in range(world)]
+    deadline = time.monotonic() + float(startup_seconds)
+    try:
+        store.set(keys[rank], str(os.getpid()))
+        while not store.check(keys):
+            if time.monotonic() > deadline:
+                missing = [r for r, k in enumerate(keys) if not store.check([k])]
+                shown = ", ".join(str(r) for r in missing[:16]) + (" ..." if len(missing) > 16 else "")
+                what = ("they died or hang in start-up, or were never launched" if len(missing) > 1
+                        else "it died or hangs in start-up, or was never launched")
+                raise StartupError(f"rank {rank}: rank{'s' if len(missing) > 1 else ''} {shown} did not start "
+                                   f"within startup_timeout = {startup_seconds:g} s ({world - len(missing)} of "
+                                   f"{world} processes did): {what}; {fix}")
+            time.sleep(0.05)
+    except (RuntimeError, torch.distributed.DistError) as exc:   # the store went away: rank 0 stopped
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StartupError(f"rank {rank}: rank 0 stopped during start-up (the run's rendezvous closed: {first}); "
+                           f"{fix}") from None
+    store.set_timeout(datetime.timedelta(seconds=float(timeout_seconds)))
+    return store
 
 
 def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:

@@ -34,3 +34,15 @@ class DivergenceError(FedclustError):
 
 class CollectiveError(FedclustError):
     """A collective (all-gather) failed or timed out: another rank stopped or hangs."""
+
+
+class CheckpointError(FedclustError):
+    """A checkpoint cannot be written (a full or read-only disk), or none under the run directory can be used."""
+
+
+class OutputError(FedclustError):
+    """A file of the run directory cannot be written."""
+
+
+class StartupError(FedclustError):
+    """The processes of a run did not all start: a rank died or hangs before the process group formed."""

@@ -120,8 +120,9 @@ def extra_accuracies(s, state, accuracy: torch.Tensor) -> dict[str, torch.Tensor
     return {k: got[k].double() for k in s.algo.extra_accuracies if k in got}
 
 
-def summarize(s, history: list[dict], wall: float) -> dict:
-    """summary.json: what was run, the last and best rounds, the traffic, the time."""
+def summarize(s, history: list[dict], wall: float, process: float | None = None, starts: int = 1) -> dict:
+    """summary.json: what was run, the last and best rounds, the traffic, the time: ``wall`` seconds of
+    compute over every process that worked on the run (``starts`` of them), ``process`` of them this one's."""
     cfg = s.cfg
     final = history[-1]
     best = max(history, key=lambda r: r["accuracy"])
@@ -159,6 +160,8 @@ def summarize(s, history: list[dict], wall: float) -> dict:
         "max_models_received_per_round": final["max_models_received_per_round"],
         "models_received_per_client": final["models_received_total"] / cfg.clients,
         "wall_seconds": wall,
+        "process_seconds": wall if process is None else process,
+        "starts": starts,
         "mean_round_seconds": float(np.mean([r["round_seconds"] for r in history])),
     }
 
@@ -170,5 +173,13 @@ def summary_text(summary: dict, run_dir: str) -> str:
 
     s = summary
     return (f"{s['algorithm']}: final accuracy {s['final_accuracy']:.2f}% (best {s['best_accuracy']:.2f}% in round "
-            f"{s['best_round']}), {s['rounds_completed']} rounds in {s['wall_seconds']:.1f}s; neighbour precision "
+            f"{s['best_round']}), {s['rounds_completed']} rounds in {s['wall_seconds']:.1f}s{_starts(s)}; neighbour precision "
             f"{pct(s['neighbor_precision'])}, recall {pct(s['neighbor_recall'])}; run directory {run_dir}")
+
+
+def _starts(summary: dict) -> str:
+    """How a run that took several processes spent its time (nothing for one process)."""
+    starts = summary.get("starts") or 1
+    if starts <= 1:
+        return ""
+    return f" over {starts} processes ({summary['process_seconds']:.1f}s in this one)"

@@ -5,6 +5,7 @@ fedclust.tracking.)"""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 from fedclust import schema as config_mod
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, OutputError
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json")
 # What else a run leaves in its directory that a fresh start there removes (W&B's own wandb/ folder is
@@ -153,6 +154,29 @@ def json_safe(value):
     return value
 
 
+def output_error(path: str | Path, exc: OSError) -> OutputError:
+    """One line for a run file that could not be written: the file, the cause, the fix."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    fix = "free space there or choose another out=DIR" if full else "make it writable or choose another out=DIR"
+    return OutputError(f"cannot write {path}: {exc.strerror or exc} (errno {exc.errno}); {fix}, then run the same "
+                       "command again: the run continues from its newest checkpoint")
+
+
+def write_atomic(path: Path, write) -> None:
+    """``write(tmp_path)`` then rename over ``path``: a reader sees the old file or the whole new one; a write
+    that fails (a full disk) leaves no partial file and raises :func:`output_error`'s error."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise output_error(path, exc) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class RunWriter:
     """Writes the run directory (rank 0 only)."""
 
@@ -168,22 +192,33 @@ class RunWriter:
             replaced = clear_run(self.dir)
             if replaced:
                 say(f"fedclust: starting afresh in {self.dir}; removed the earlier run's {', '.join(replaced)}")
-        (self.dir / "config.yaml").write_text(config_mod.dump(cfg))
+        text = config_mod.dump(cfg)
+        write_atomic(self.dir / "config.yaml", lambda tmp: tmp.write_text(text))
         metrics = self.dir / "metrics.jsonl"
-        if history is None:
-            metrics.write_text("")
-        else:
-            rebuilt = sync_metrics(metrics, history)
-            if rebuilt:
-                say(f"fedclust: {rebuilt}")
-        self._metrics = open(metrics, "a")
+        try:
+            if history is None:
+                metrics.write_text("")
+            else:
+                rebuilt = sync_metrics(metrics, history)
+                if rebuilt:
+                    say(f"fedclust: {rebuilt}")
+            self._metrics = open(metrics, "a")
+        except OSError as exc:
+            raise output_error(metrics, exc) from exc
 
     def log_round(self, record: dict) -> None:
-        self._metrics.write(metrics_line(record))
-        self._metrics.flush()
+        try:
+            self._metrics.write(metrics_line(record))
+            self._metrics.flush()
+        except OSError as exc:   # a torn last line is rebuilt from the checkpoint when the run continues
+            raise output_error(self.dir / "metrics.jsonl", exc) from exc
 
     def write_summary(self, summary: dict) -> None:
-        (self.dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
+        text = json.dumps(json_safe(summary), indent=2) + "\n"
+        write_atomic(self.dir / "summary.json", lambda tmp: tmp.write_text(text))
 
     def close(self) -> None:
-        self._metrics.close()
+        try:
+            self._metrics.close()
+        except OSError:   # its last write failed and was reported; the checkpoint holds every record
+            pass

@@ -42,10 +42,11 @@ from fedclust.evaluation import Traffic, evaluate_round, summarize, summary_text
 from fedclust.figures import write_run_figures
 from fedclust.lists import index_lists
 from fedclust.models import initial_weights, make_net, model_name
-from fedclust.outputs import RunLock, RunWriter, check_writable, default_out
+from fedclust.outputs import RunLock, RunWriter, check_writable, default_out, write_atomic
 from fedclust.progress import make_progress
 from fedclust.schema import Config, to_dict
-from fedclust.stopping import EXIT_REQUEUE, Stopped, StopRequest, requeue, slurm_job
+from fedclust.stopping import (EXIT_REQUEUE, REQUEST, StartupSignal, Stopped, StopRequest, requeue, slurm_job,
+                               stopped_at_startup)
 from fedclust.tracking import Tracker, check_credentials
 
 
@@ -87,6 +88,13 @@ class Setup:
     settings: TrainSettings      # the lr of round 1; round t's is derived from it
     stage1_end: int
     columns: int = 0             # the exchange's column block (config exchange_mb); 0: whole models at once
+    round: int = 0               # the round under way (named by a collective's error)
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``x`` summed into it, in place (the context's ``all_reduce``); one process: ``x``."""
+        if self.world > 1:
+            self.collective(self.round, torch.distributed.all_reduce, x)
+        return x
 
     def collective(self, t: int, fn, *args):
         """Run a collective; with several ranks, a failure or timeout becomes
@@ -137,9 +145,11 @@ def setup(cfg: Config, fabric) -> Setup:
     columns = 0
     if cfg.exchange_mb > 0:   # one process too: the same blocks, so 1 and W processes compute alike
         columns = exchange_columns(cfg.exchange_mb, n, world, 2 if algo.gathers_before else 1)
-    return Setup(cfg=cfg, fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids,
+    made = Setup(cfg=cfg, fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids,
                  data=data, arch=arch, spec=spec, inputs=checkpoint.input_files(cfg), layout=layout, ctx=ctx,
                  algo=algo, settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds), columns=columns)
+    ctx.all_reduce = made.all_reduce   # the algorithms' collectives go through the run's wrapper
+    return made
 
 
 # ----------------------------------------------------------------------------
@@ -162,6 +172,15 @@ class LoopState:
     final_lists: np.ndarray | None = None    # [n, m] int32 neighbour lists of the last evaluated round (-1: none)
     final_assignment: torch.Tensor | None = None   # [n] cluster of every client in the last evaluated round
     run_id: str | None = None                # the tracking (W&B) run's id
+    # the run's compute time: seconds of the processes before this one (each up to its last checkpoint), how
+    # many processes have worked on it (this one included), and when this one started (time.time())
+    seconds_before: float = 0.0
+    starts: int = 1
+    started: float = field(default_factory=time.time)
+
+    def run_seconds(self) -> float:
+        """Seconds of compute the run has had, over every process that worked on it, up to now."""
+        return self.seconds_before + (time.time() - self.started)
 
     @classmethod
     def fresh(cls, s: Setup) -> "LoopState":
@@ -188,7 +207,8 @@ class LoopState:
                 "algorithm": {"clients": rows, "server": _cpu(sd["server"])}, "traffic": traffic,
                 "stage1_peers": peers, "stage1_counts": counts, "saved": _cpu(self.saved), "history": self.history,
                 "metric_lines": len(self.history), "final_lists": _cpu(self.final_lists),
-                "final_assignment": _cpu(self.final_assignment), "run_id": self.run_id}
+                "final_assignment": _cpu(self.final_assignment), "run_id": self.run_id,
+                "run_seconds": self.run_seconds(), "starts": self.starts}
 
     @classmethod
     def from_state_dict(cls, s: Setup, payload: dict) -> "LoopState":
@@ -218,7 +238,11 @@ class LoopState:
                    algo_state=s.algo.load_state_dict(s.ctx, algo_saved), traffic=traffic,
                    stage1_peers=peers, stage1_counts=counts, saved=saved, history=list(payload["history"]),
                    final_lists=None if lists is None else index_lists(lists.clone().numpy()),   # older: [n, n]
-                   final_assignment=_to(payload["final_assignment"], s.device), run_id=payload.get("run_id"))
+                   final_assignment=_to(payload["final_assignment"], s.device), run_id=payload.get("run_id"),
+                   # a checkpoint before run_seconds: its rounds' own times, start-up left out
+                   seconds_before=float(payload.get("run_seconds", sum(r.get("round_seconds") or 0.0
+                                                                       for r in payload["history"]))),
+                   starts=int(payload.get("starts", 1)) + 1)
 
 
 def _gather(s: Setup, rows):
@@ -310,6 +334,7 @@ def round_step(s: Setup, state: LoopState, t: int, stop_flag: bool = False, due_
     algorithm uses them) -> aggregate.  Updates ``state`` in place."""
     cfg, algo, ctx = s.cfg, s.algo, s.ctx
     t0 = time.time()
+    s.round = t
     settings = dataclasses.replace(s.settings, lr=cfg.train.round_lr(t))
     algo_state, plan = algo.plan(state.algo_state, ctx, t, state.flat)
     # trained in place: the held models, or one contiguous copy of the plan's start (a server's model for each
@@ -410,18 +435,36 @@ def add_round_end_hook(hook: Callable[[Setup, LoopState, str], None]) -> None:
 
 def run(cfg: Config, prepared: Prepared | None = None) -> dict:
     """Run one experiment, or continue it from the checkpoint :func:`prepare`
-    chose; returns the summary (on every rank)."""
-    prepared = prepared or prepare(cfg)                       # every check before the process group starts
-    run_dir, started = prepared.run_dir, time.time()
+    chose; returns the summary (on every rank).  SIGUSR1/SIGTERM stop
+    start-up at once, the loop at the next round boundary after a checkpoint
+    (:class:`fedclust.stopping.Stopped`), and change nothing once the run is
+    complete."""
+    stop = REQUEST.install()
+    stop.begin()
+    resume: tuple[int, Path | None] = (0, None)   # where a stop during start-up leaves the run
+    try:
+        prepared = prepared or prepare(cfg)                       # every check before the process group starts
+        if prepared.resume_from is not None:
+            resume = (int(prepared.resume_from[1]["round"]), prepared.resume_from[0])
+        return _run(cfg, prepared, stop)
+    except StartupSignal as sig:
+        raise stopped_at_startup(sig.signal, launch_rank(), *resume) from None
+    finally:
+        stop.restore()
+
+
+def _run(cfg: Config, prepared: Prepared, stop: StopRequest) -> dict:
+    run_dir = prepared.run_dir
     with RunLock.for_rank(run_dir, launch_rank()):            # one run writes a directory at a time
-        fabric = make_fabric(cfg.device, cfg.collective_timeout)  # one process per device, from the environment
+        fabric = make_fabric(cfg.device, cfg.collective_timeout, cfg.startup_timeout)   # one process per device
         s = setup(cfg, fabric)                                     # this rank's clients, their data, the algorithm
         resumed = prepared.resume_from[0] if prepared.resume_from is not None else None
         state = LoopState.from_state_dict(s, prepared.resume_from[1]) if resumed is not None else LoopState.fresh(s)
+        state.started = stop.started
         del prepared                                               # the checkpoint's pages: not held for the run
+        stop.running()                                             # from here a signal stops at a round boundary
         edge = Edge(s, state, run_dir, resumed) if s.rank == 0 else None   # files, W&B, progress: rank 0 only
         ckpt = checkpoint.Checkpointer(s, run_dir)
-        stop = StopRequest().install()
         try:
             for t in range(state.round + 1, cfg.rounds + 1):
                 outcome = round_step(s, state, t, stop.requested, ckpt.clock_due())
@@ -439,14 +482,14 @@ def run(cfg: Config, prepared: Prepared | None = None) -> dict:
                 if outcome.stop and t < cfg.rounds:                # checkpoint written: requeue and leave
                     raise _stopped(s, edge, t, stop, ckpt.last_path or checkpoint.path_for(run_dir, t))
                 del outcome   # its models are the state's: a server algorithm's next round lets them go
-            summary = summarize(s, state.history, time.time() - started)
+            summary = summarize(s, state.history, state.run_seconds(), time.time() - state.started, state.starts)
             if edge:
                 edge.finish_run(summary)
+            stop.finished()                                        # complete: a signal from here changes nothing
         except Stopped:
             finish(fabric)
             raise
         finally:
-            stop.restore()
             if edge:
                 edge.close()
         finish(fabric)
@@ -456,8 +499,8 @@ def run(cfg: Config, prepared: Prepared | None = None) -> dict:
 def _stopped(s: Setup, edge, t: int, stop: StopRequest, path: Path) -> Stopped:
     if edge and edge.tracker:   # before the requeue, which ends the job at once: W&B must hear first
         edge.tracker.finish(EXIT_REQUEUE, preempting=True)
-    job = requeue() if s.rank == 0 else slurm_job()   # rank 0 requeues the job
-    return Stopped(t, stop.signal, path, job)
+    job, requeued = requeue() if s.rank == 0 else (slurm_job(), None)   # rank 0 requeues the job
+    return Stopped(t, stop.signal, path, job, requeued if job else None)
 
 
 def finish(fabric) -> None:
@@ -507,7 +550,7 @@ class Edge:
             arrays["final_lists"] = state.final_lists
         if state.final_assignment is not None:
             arrays["assignment"] = state.final_assignment.cpu().numpy()
-        np.savez_compressed(self.writer.dir / "neighbors.npz", **arrays)
+        write_atomic(self.writer.dir / "neighbors.npz", lambda tmp: _savez(tmp, arrays))
         self.writer.write_summary(summary)
         figures = _figures(self.writer.dir, summary, cfg, state.history) if cfg.figures else []
         if self.tracker:
@@ -525,6 +568,11 @@ class Edge:
         self.writer.close()
         if self.tracker:
             self.tracker.finish(self.exit_code)   # no-op if already finished
+
+
+def _savez(path: Path, arrays: dict) -> None:
+    with open(path, "wb") as f:   # a file object: numpy adds no .npz to the temporary name
+        np.savez_compressed(f, **arrays)
 
 
 def _say(line: str) -> None:

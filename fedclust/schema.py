@@ -171,6 +171,8 @@ class Config:
                                     "refused (a checkpoint of this same config is still resumed)")
     collective_timeout: float = option(600.0, "seconds a rank waits for the others in a collective before the "
                                               "run stops")
+    startup_timeout: float = option(180.0, "seconds the processes of a run of several wait for each other to "
+                                           "start (a rank that died or hangs in start-up is named after this)")
     # sections of the registered algorithms (pens, panm, fedprox, ...), reached as cfg.<name>
     sections: dict = field(default_factory=_default_sections, repr=False)
 
@@ -563,3 +565,5 @@ def validate_core(cfg: Config) -> None:
     one_of("resume", cfg.resume, set(RESUME_MODES))
     finite("collective_timeout", cfg.collective_timeout,
            "must be a finite number of seconds > 0 (how long a rank waits for the others in a collective)")
+    finite("startup_timeout", cfg.startup_timeout,
+           "must be a finite number of seconds > 0 (how long the processes of a run wait for each other to start)")

@@ -12,8 +12,9 @@
 # - OMP_NUM_THREADS is the task's CPUs (--cpus-per-task), 1 if unset; srun gets the
 #   same --cpus-per-task (SRUN_CPUS_PER_TASK).
 # - Exit status 75 means the run stopped on a signal (--signal=USR1@...,
-#   preemption) after writing its checkpoint and `scontrol requeue`d the job;
-#   the requeued job continues it.
+#   preemption) after writing its checkpoint (or during start-up, before
+#   writing anything) and asked Slurm to requeue the job; fedclust's last line
+#   says whether `scontrol requeue` succeeded.  The requeued job continues it.
 # FEDCLUST_PYTHON picks the interpreter (default: python on PATH).
 
 fedclust_job_id() {
@@ -35,7 +36,7 @@ fedclust_srun() {
   local rc=0
   srun --kill-on-bad-exit=1 "${FEDCLUST_PYTHON:-python}" -m fedclust run "$config" "out=$out" "$@" || rc=$?
   if (( rc == 75 )); then
-    echo "fedclust: $(date -u +%FT%TZ) job $job stopped after a checkpoint and was requeued; the next start continues $out"
+    echo "fedclust: $(date -u +%FT%TZ) job $job stopped on a signal (exit 75; fedclust's line above says whether it was requeued); the next start continues $out"
   fi
   return $rc
 }

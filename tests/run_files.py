@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-WALL = ("round_seconds", "wall_seconds", "mean_round_seconds")
+WALL = ("round_seconds", "wall_seconds", "mean_round_seconds", "process_seconds", "starts")
 
 
 def without_wall(rec: dict) -> dict:

@@ -168,6 +168,7 @@ OUT_OF_RANGE = {
     "resume": ("sometimes", []),
     "overwrite": ("maybe", []),
     "collective_timeout": ("0", []),
+    "startup_timeout": ("0", []),
     "cfl.eps1": ("0", ["algorithm.name=cfl"]),
     "cfl.eps2": ("-1", ["algorithm.name=cfl"]),
     "cfl.gamma_max": ("1", ["algorithm.name=cfl"]),

@@ -43,6 +43,9 @@ class Context:
     # the same losses grouped by client (faster): (models [M, P], peers [C, m] indices
     # into models) -> [C, m], row c on this rank's client c's training set
     pool_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # every rank's tensor summed into it, in place, through the run's collective wrapper (a failed or stuck
+    # collective becomes "rank X, round t" error); returns it.  One process: the tensor as it is.
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] = lambda x: x
 
     @property
     def own_rows(self) -> slice:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from fedclust.algorithms.aggregation import cluster_average, own, participants, trainers
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result, client_rows
@@ -597,14 +596,12 @@ def shard_sweep_(
     return buffer
 
 
-def sum_over_ranks(buffer: torch.Tensor) -> torch.Tensor:
-    """Every rank's ``buffer`` summed, in place (one all-reduce) when a
-    process group of several ranks runs; else the buffer as it is, at no
-    cost.  FPFC's sums are exact (:func:`zeta_units`), so the collective's
+def sum_over_ranks(buffer: torch.Tensor, all_reduce=lambda x: x) -> torch.Tensor:
+    """Every rank's ``buffer`` summed, in place (``all_reduce``: the
+    context's, one all-reduce; the default, one process, the buffer as it
+    is).  FPFC's sums are exact (:func:`zeta_units`), so the collective's
     order does not matter."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(buffer)
-    return buffer
+    return all_reduce(buffer)
 
 
 def shard_finish(buffer: torch.Tensor, omega: torch.Tensor, ratio: torch.Tensor, norms: torch.Tensor,
@@ -979,7 +976,7 @@ class Fpfc(Algorithm):
         official = f.mode == "official"
         buffer = shard_sweep_(fused, state.theta_rows, state.theta_diam, state.ratio, state.norms, first, active,
                               lam, f.a, xi, f.rho, twice=official, reset=f.reset_theta)
-        zeta_own = shard_finish(sum_over_ranks(buffer), fused, state.ratio, state.norms, first, count)
+        zeta_own = shard_finish(sum_over_ranks(buffer, ctx.all_reduce), fused, state.ratio, state.norms, first, count)
         del fused
         del buffer
         norms = slot_norm_matrix(read_norms(state.norms, ctx.n, active, f.reset_theta), ctx.n)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 
 from fedclust import rng
 from fedclust.algorithms.aggregation import cluster_average_rows, own, participants, trainers
@@ -92,12 +91,11 @@ def ifca_objective(losses: torch.Tensor) -> tuple[torch.Tensor, int]:
     return clean.min(dim=1).values.sum(), losses.shape[0]
 
 
-def global_mean(total: torch.Tensor, count: int) -> float:
-    """``total / count`` summed over all ranks (one all-reduce of two numbers
-    when a process group of several ranks is running; no-op otherwise)."""
+def global_mean(total: torch.Tensor, count: int, all_reduce=lambda x: x) -> float:
+    """``total / count`` summed over all ranks (``all_reduce``: the context's,
+    one all-reduce of two numbers; the default, one process, none)."""
     both = torch.stack([total.to(torch.float64), torch.tensor(float(count), dtype=torch.float64, device=total.device)])
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(both)
+    both = all_reduce(both)
     return float(both[0] / both[1]) if float(both[1]) > 0 else float("inf")
 
 
@@ -205,7 +203,7 @@ class Ifca(Algorithm):
         losses = loss_matrix(ctx, state.models)
         finished = restart_boundary(round_, restarts, restart_rounds)
         if finished is not None:
-            objective = global_mean(*ifca_objective(losses))
+            objective = global_mean(*ifca_objective(losses), ctx.all_reduce)
             state = IfcaState(state.models, state.assignment, state.ended + [state.models],
                               state.objectives + [objective])
             if finished + 1 < restarts:
