@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import os
 import re
+import sys
 import time
 
 import torch
@@ -106,8 +107,10 @@ def make_fabric(device: str, timeout_seconds: float = 1800.0, startup_seconds: f
     env = fabric.strategy.cluster_environment
     store = startup_store(env.main_address, env.main_port, rank, world, startup_seconds, timeout_seconds)
     kwargs = {"device_id": torch.device("cuda", fabric.local_rank)} if accelerator == "cuda" else {}
-    torch.distributed.init_process_group("nccl" if accelerator == "cuda" else "gloo", store=store, rank=rank,
-                                         world_size=world, timeout=timeout, **kwargs)
+    backend = "nccl" if accelerator == "cuda" else "gloo"
+    torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **kwargs)
+    print(f"fedclust: process group formed: rank {rank} of {world} ({backend}, node {fabric.node_rank})",
+          file=sys.stderr, flush=True)
     fabric.launch()
     return fabric
 

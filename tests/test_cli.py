@@ -30,7 +30,8 @@ def test_help_says_where_runs_go_how_they_resume_and_the_exit_statuses(command, 
     assert "resume" in text and "overwrite=true" in text and "fedclust check --keys" in text
     assert "exit status" in text and "2" in text
     if command == "run":
-        assert "75 stopped by SIGUSR1 or SIGTERM after writing a checkpoint: run the same command again" in text
+        assert ("75 stopped by SIGUSR1 or SIGTERM, after writing a checkpoint or during start-up before writing "
+                "anything: run the same command again") in text
         # and a stopped run does exit with it
         from fedclust import cli
         from fedclust.stopping import Stopped

@@ -29,7 +29,7 @@ def test_smoke_job_matches_one_process(slurm_env, tmp_path):
     proc, job = sc.sbatch(slurm_env, f"--output={log}", "slurm/smoke_cpu.sh", f"out={out}", wait=True)
     text = log.read_text()
     assert proc.returncode == 0, text[-3000:]
-    assert "2 tasks" in text and "Starting with 2 processes" in text   # srun started 2 ranks; Fabric saw both
+    assert "2 tasks" in text and "rank 0 of 2" in text and "rank 1 of 2" in text   # srun started 2 ranks; both joined
     ref = tmp_path / "ref"
     sc.run_one_process(out / "config.yaml", ref, slurm_env)
     assert summary(out) == summary(ref)
