@@ -24,7 +24,9 @@
 # - Not chosen: --signal=B:USR1 with the agent relaying it.  The agent starts
 #   its run in a process group of its own and passes signals on only with
 #   --forward-signals, and then only to its own child (under torchrun the
-#   ranks would not get it: torchrun dies of USR1).  A job step needs no relay.
+#   ranks would not get it: torchrun dies of USR1, and its workers then stop
+#   as on SIGTERM, after a checkpoint, but torchrun reports a failure).  A job
+#   step needs no relay.
 # - A sweep whose command does not start fedclust with srun gets no USR1; at
 #   the time limit Slurm sends SIGTERM to everything and SIGKILL KillWait
 #   (often 30 s) later, usually too soon for a checkpoint.
