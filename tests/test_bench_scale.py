@@ -109,8 +109,8 @@ def test_a_two_stage_algorithm_stays_in_stage_one_unless_told():
 
 
 def test_select_memory_bench_runs_and_counts_the_kept_state():
-    """bench/select_memory.py (README, "Scale"): a record per algorithm; the state kept between rounds is what
-    the state's tensors hold, per [C, n] entry."""
+    """bench/select_memory.py (docs/speed-and-scale.md, "Scale"): a record per algorithm; the state kept between
+    rounds is what the state's tensors hold, per [C, n] entry."""
     import json
     import subprocess
     import sys

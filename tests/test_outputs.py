@@ -207,9 +207,9 @@ def test_undefined_is_null_and_the_share_of_all_same_cluster_lists(tmp_path):
     last = json.loads((tmp_path / "random" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["neighbor_all_same_share"] == pytest.approx(by_hand, abs=1e-12)
     assert oracle["neighbor_precision"] == 1.0
-    # The README lists every field the two files hold.
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## What a run writes"):]
+    # docs/running.md ("What a run writes") lists every field the two files hold.
+    guide = (ROOT / "docs" / "running.md").read_text()
+    section = guide[guide.index("## What a run writes"):]
     section = section[:section.index("\n## ")]
     fields = set(json.loads((tmp_path / "oracle" / "metrics.jsonl").read_text().splitlines()[-1])) | set(oracle)
     assert {"num_clusters", "ari", "neighbor_all_same_share", "data_source"} <= fields
@@ -223,8 +223,8 @@ def test_default_checkpoints_by_the_clock_at_the_end(tmp_path):
 
 
 def test_thread_count_changes_sums_only_to_rounding(tmp_path):
-    """The README's claim: with another number of threads the random draws (here: Random's peers, so its
-    neighbour precision and recall) are identical and the trained numbers agree to rounding."""
+    """docs/what-it-does.md's claim: with another number of threads the random draws (here: Random's peers, so
+    its neighbour precision and recall) are identical and the trained numbers agree to rounding."""
     import torch
 
     threads = torch.get_num_threads()

@@ -21,7 +21,7 @@ from fedclust.config import load_config
 from fedclust.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-PLUGIN = str(ROOT / "examples" / "threshold_gossip.py")           # the example the README points to
+PLUGIN = str(ROOT / "examples" / "threshold_gossip.py")           # the example docs/adding-an-algorithm.md points to
 FAILING = str(ROOT / "tests" / "plugins" / "failing_gossip.py")    # it, with a rank that raises
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 from record import GOLDEN_OVERRIDES  # noqa: E402

@@ -379,7 +379,8 @@ def test_ranks_agree_to_stop_when_one_is_signalled(tmp_path):
     assert len(children) == 2
     os.kill(int(max(children, key=int)), signal.SIGUSR1)    # one worker only
     _, err = proc.communicate(timeout=120)
-    # what plain torchrun makes of it (README, "Runs that survive"): each worker exits 75, torchrun reports failure
+    # what plain torchrun makes of it (docs/running.md, "Runs that survive"): each worker exits 75, torchrun
+    # reports failure
     assert proc.returncode == 1 and "ChildFailedError" in err and "exitcode  : 75" in err, err[-3000:]
     assert err.count("fedclust: stopped on") == 2, err[-3000:]   # both ranks stopped at the same boundary
     stopped = [r for r, _ in checkpoint.candidates(out)][0]
