@@ -15,11 +15,12 @@ from pathlib import Path
 import torch
 
 from fedclust.algorithms import registry
+from fedclust.algorithms.base import RunFacts
 from fedclust.data import check_data
+from fedclust.dist import available_memory, exchange_column_bytes, exchange_columns, resolve_device, world_from_env
 from fedclust.errors import ConfigError
 from fedclust.importing import import_target
-from fedclust.dist import exchange_column_bytes, exchange_columns, resolve_device, world_from_env
-from fedclust.models import cnn_side, is_user_model, make_net, model_spec
+from fedclust.models import cnn_side, initial_weights, is_user_model, make_net, model_spec
 from fedclust.schema import (SECTIONS, AlgorithmConfig, Config, DataConfig, TrainConfig, WandbConfig,  # noqa: F401
                              dump, parse, parse_override, read_yaml, set_key, to_dict, valid_keys, validate_core)
 
@@ -73,6 +74,19 @@ def validate(cfg: Config) -> None:
                           f"18x18, but {cfg.data.name}'s inputs have shape {list(shape)}; use model=mlp")
     if is_user_model(arch) or cfg.engine == "loop":   # built, checked and its engine chosen before anything starts
         make_net(arch, shape, model_spec(cfg)[2], cfg.engine, resolve_device(cfg.device), cfg.seed)
+    algorithm.check_run(cfg, run_facts(cfg))
+
+
+def run_facts(cfg: Config) -> RunFacts:
+    """What an algorithm may know of ``cfg``'s run besides the config
+    (:class:`fedclust.algorithms.base.RunFacts`): the model's layout and its
+    default init under a seed (built on the CPU), the processes the launcher
+    started, and the free memory of the device a rank would use."""
+    arch, shape, classes = model_spec(cfg)
+    layout = initial_weights(arch, shape, classes, 0)[0]
+    local, nodes = world_from_env()
+    return RunFacts(layout=layout, init=lambda seed: initial_weights(arch, shape, classes, seed)[1],
+                    world=local * nodes, ranks_per_node=local, free_memory=lambda: available_memory(cfg.device))
 
 
 def check_exchange(cfg: Config, algorithm) -> None:

@@ -259,7 +259,6 @@ def gather_parts(fabric, parts: list[torch.Tensor], n: int) -> list[torch.Tensor
     return [g.contiguous() for g in torch.split(gathered, widths, dim=1)]
 
 
-CHECKPOINT_BLOCK_BYTES = 256 * 2**20   # gathered per collective when a checkpoint collects wide rows (runner)
 
 
 class ColumnBlocks:

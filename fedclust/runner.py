@@ -30,7 +30,8 @@ from fedclust.algorithms.base import Algorithm, Context, RoundResult, RoundView
 from fedclust.algorithms.peer_counts import add_mask, empty_counts, from_matrix
 from fedclust.data import FederatedData, load_federated
 from fedclust.data.validation import carve_validation
-from fedclust.dist import (CHECKPOINT_BLOCK_BYTES, ColumnBlocks, exchange_columns, gather_parts, gather_rows,
+from fedclust.sizes import CHECKPOINT_BLOCK_BYTES
+from fedclust.dist import (ColumnBlocks, exchange_columns, gather_parts, gather_rows,
                            launch_rank, make_fabric, shard_bounds)
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
@@ -44,6 +45,7 @@ from fedclust.lists import index_lists
 from fedclust.models import initial_weights, make_net, model_name
 from fedclust.outputs import RunLock, RunWriter, check_writable, default_out, write_atomic
 from fedclust.progress import make_progress
+from fedclust.config import run_facts
 from fedclust.schema import Config, to_dict
 from fedclust.stopping import (EXIT_REQUEUE, REQUEST, StartupSignal, Stopped, StopRequest, requeue, slurm_job,
                                stopped_at_startup)
@@ -119,7 +121,8 @@ def setup(cfg: Config, fabric) -> Setup:
     n = cfg.clients
     start, stop = shard_bounds(n, world, rank)
     client_ids = torch.arange(start, stop, dtype=torch.int64)
-    algo = registry.build(cfg)
+    facts = run_facts(cfg)
+    algo = registry.build(cfg, facts)
     data = load_federated(cfg.data, n, cfg.seed, client_ids.tolist(), device=device)
     # a validation split for an algorithm that asks for one (CFL's best-of-lineage choice); 0: data unchanged
     data = carve_validation(data, algo.validation_share, cfg.seed, algo.validation_key)

@@ -26,7 +26,7 @@ from scipy.spatial.distance import squareform
 from fedclust import rng
 from fedclust.algorithms import aggregation, cfl, fedgroup, fedprox, fpfc, ifca
 from fedclust.algorithms.base import Context, RoundView
-from fedclust.config import load_config
+from fedclust.config import load_config, run_facts
 from fedclust.algorithms.fpfc import check_fpfc_memory, fpfc_memory_need
 from fedclust.models import parameter_count
 from fedclust.data import load_federated
@@ -213,7 +213,8 @@ def test_ifca_object_against_a_plain_loop():
         return (models - targets[owner]).pow(2).sum(1)
 
     ctx = fake_ctx(n, P, pair_loss)
-    algo = ifca.Ifca("mlp", (1,), 2, ifca.IfcaConfig(clusters=K, restarts=1), participation=1.0)
+    algo = ifca.Ifca(lambda seed: initial_weights("mlp", (1,), 2, seed)[1], ifca.IfcaConfig(clusters=K, restarts=1),
+                     participation=1.0)
     models = torch.randn(K, P, generator=g)
     state = ifca.IfcaState(models=models, assignment=torch.zeros(n, dtype=torch.int64))
     state, plan = algo.plan(state, ctx, 1, torch.zeros(n, P))
@@ -233,7 +234,7 @@ def test_ifca_object_against_a_plain_loop():
 
 def test_ifca_inits_are_w0_then_seeded_draws():
     layout, w0 = initial_weights("mlp", (3,), 4, 11)
-    inits = ifca.cluster_inits(w0, 3, 11, "mlp", (3,), 4)
+    inits = ifca.cluster_inits(w0, 3, 11, lambda seed: initial_weights("mlp", (3,), 4, seed)[1])
     assert torch.equal(inits[0], w0)
     k1 = int(rng.hash_ints(11, 0, ifca.INIT_STREAM, torch.tensor(1), 0))
     assert torch.equal(inits[1], initial_weights("mlp", (3,), 4, k1)[1])
@@ -489,10 +490,10 @@ def test_fpfc_refuses_a_pairwise_state_that_does_not_fit():
     assert P == 1 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
     need = fpfc_memory_need(n, P)
     assert need >= n * (n - 1) * P * 4 + 3 * n * P * 4        # theta and v, plus omega, zeta and a buffer
-    check_fpfc_memory(cfg, available=(need, "host memory (MemAvailable)"))     # fits exactly
+    check_fpfc_memory(cfg, run_facts(cfg), available=(need, "host memory (MemAvailable)"))     # fits exactly
     free = fpfc_memory_need(7, P)
     with pytest.raises(ConfigError) as e:
-        check_fpfc_memory(cfg, available=(free, "host memory (MemAvailable)"))
+        check_fpfc_memory(cfg, run_facts(cfg), available=(free, "host memory (MemAvailable)"))
     msg = str(e.value)
     assert e.value.field == "clients" and "at most 7 clients" in msg and f"P = {P}" in msg and "GiB" in msg
     with pytest.raises(ConfigError) as e:     # through validation: 5000 clients of a 199 210-parameter MLP

@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 
-from fedclust.algorithms.aggregation import gossip, gossip_columns, sparse_gossip
+from fedclust.algorithms.aggregation import gossip, gossip_view, sparse_gossip
+from fedclust.algorithms.base import RoundView
 from fedclust.algorithms.similarity import POOL_BLOCK, grad_similarity, grad_similarity_pool
 from fedclust.config import load_config
 from fedclust.dist import ColumnBlocks, OneProcess, exchange_column_bytes, exchange_columns
@@ -37,6 +38,13 @@ def _own(C, offset=0):
     return torch.arange(C) + offset
 
 
+def gossip_columns(nbr, own_ids, blocks):
+    """The peer algorithms' gossip over an exchange in column blocks (what PeerAlgorithm.aggregate runs)."""
+    C = len(own_ids)
+    view = RoundView(round=1, before=None, after=torch.zeros(C, blocks.width), columns=blocks)
+    return gossip_view(nbr, own_ids, view)
+
+
 @pytest.mark.parametrize("columns", [1, 7, 64, 1000, 5000])
 def test_gossip_in_column_blocks_equals_the_whole_models_bit_for_bit(columns):
     n, P = 30, 1000
@@ -50,6 +58,9 @@ def test_gossip_in_column_blocks_equals_the_whole_models_bit_for_bit(columns):
     ref = torch.stack([after[[c] + nbr[c].nonzero().flatten().tolist()].mean(0) for c in range(n)])
     torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-6)
     assert blocks.passes == pytest.approx(1.0)
+    # the whole models read through the same view: the dense product of few clients, as before blocks
+    whole = RoundView(round=1, before=None, after=after, all_after=after)
+    assert torch.equal(gossip_view(nbr, me, whole), gossip(nbr, me, after))
 
 
 def test_a_shard_of_rows_gossips_from_blocks_like_the_whole():

@@ -13,7 +13,7 @@ import torch
 from fedclust.algorithms import fpfc
 from fedclust.algorithms.aggregation import participants
 from fedclust.algorithms.base import Context, RoundView
-from fedclust.config import load_config
+from fedclust.config import load_config, run_facts
 from fedclust.errors import ConfigError
 from fedclust.schema import TrainConfig
 from test_fpfc_state import simulated_ranks   # tests/ is on sys.path (pytest)
@@ -455,7 +455,7 @@ def test_fuse_is_checked_and_a_checkpoint_of_the_other_fuse_is_refused(capsys):
     assert e.value.field == "fpfc.fuse" and "head" in e.value.fix
     cfg = load_config(None, OFFICIAL + ["fpfc.fuse=head", "model=mlp", "data.name=synthetic",
                                         "data.synthetic_dim=20"])
-    algo = fpfc.Fpfc.from_config(cfg)
+    algo = fpfc.Fpfc.from_config(cfg, run_facts(cfg))
     assert algo.prox_layers == ("fc3.weight", "fc3.bias") and algo.first == 20 * 200 + 200 + 200 * 200 + 200
     P = algo.first + 200 * 10 + 10
     ctx = _ctx(8, P, torch.float32)

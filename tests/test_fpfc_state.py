@@ -4,6 +4,7 @@ tests/test_fpfc_math.py against a plain [n, n, P] loop): θ and one scalar c
 per pair (v = c·θ) instead of θ and v; pairs split between clients' rows; ζ
 summed exactly, so that any number of ranks computes the same bits."""
 
+import dataclasses
 import json
 import shutil
 
@@ -13,7 +14,7 @@ import torch
 from fedclust.algorithms import fpfc
 from fedclust.algorithms.aggregation import participants
 from fedclust.algorithms.base import Context, RoundView
-from fedclust.config import load_config
+from fedclust.config import load_config, run_facts
 from fedclust.dist import shard_bounds
 from fedclust.errors import ConfigError
 
@@ -346,10 +347,10 @@ def test_memory_check_counts_the_ranks(monkeypatch):
     assert fpfc.checkpoint_gather_bytes(100, P, 1) == 0
     assert two == 2 * (fpfc.fpfc_memory_need(100, P, 1, 2) - ckpt) + ckpt
     assert fpfc.fpfc_memory_need(100, P, 1, 2) - ckpt < one - state_one + state_two
-    monkeypatch.setattr(fpfc, "world_from_env", lambda: (2, 1))
-    fpfc.check_fpfc_memory(cfg, available=(two, "host memory (MemAvailable)"))
+    facts = dataclasses.replace(run_facts(cfg), world=2, ranks_per_node=2)   # 2 ranks on one machine
+    fpfc.check_fpfc_memory(cfg, facts, available=(two, "host memory (MemAvailable)"))
     with pytest.raises(ConfigError) as e:
-        fpfc.check_fpfc_memory(cfg, available=(two - 1, "host memory (MemAvailable)"))
+        fpfc.check_fpfc_memory(cfg, facts, available=(two - 1, "host memory (MemAvailable)"))
     text = str(e.value)
     assert e.value.field == "clients" and "2 ranks, 2 on this memory" in text and "at most 99 clients" in text
     assert fpfc.fpfc_memory_need(99, P, 2, 2) <= two - 1

@@ -130,17 +130,22 @@ def test_restart_boundary_by_hand():
 
 def test_restart_inits_are_keyed_on_seed_and_restart():
     from fedclust import rng
-    from fedclust.algorithms.ifca import cluster_inits, model_init
+    from fedclust.algorithms.ifca import cluster_inits
+    from fedclust.models import initial_weights
 
+    def model_init(arch, shape, classes, seed):
+        return initial_weights(arch, shape, classes, seed)[1]
+
+    init = lambda seed: model_init("logreg", (3,), 4, seed)  # noqa: E731
     w0 = model_init("logreg", (3,), 4, 11)
-    r0 = cluster_inits(w0, 2, 11, "logreg", (3,), 4, restart=0)
-    r2 = cluster_inits(w0, 2, 11, "logreg", (3,), 4, restart=2)
+    r0 = cluster_inits(w0, 2, 11, init, restart=0)
+    r2 = cluster_inits(w0, 2, 11, init, restart=2)
     assert torch.equal(r0[0], w0)
     for k in range(2):
         s = int(rng.hash_ints(11, 2, "ifca_init", torch.tensor(k), 0))
         assert torch.equal(r2[k], model_init("logreg", (3,), 4, s))
     assert not torch.equal(r2[0], w0) and not torch.equal(r0, r2)
-    assert torch.equal(r2, cluster_inits(w0, 2, 11, "logreg", (3,), 4, restart=2))   # a pure function
+    assert torch.equal(r2, cluster_inits(w0, 2, 11, init, restart=2))   # a pure function
 
 
 def test_ifca_restarts_run_in_turn_and_the_lowest_objective_wins():
@@ -158,7 +163,8 @@ def test_ifca_restarts_run_in_turn_and_the_lowest_objective_wins():
 
     ctx = Context(n=n, client_ids=torch.arange(n), clusters=torch.zeros(n, dtype=torch.int64), seed=5,
                   stage1_rounds=0, w0=torch.zeros(P), device=torch.device("cpu"), pair_loss=pair_loss)
-    algo = ifca.Ifca("logreg", (1,), 2, ifca.IfcaConfig(clusters=K, restarts=3, restart_rounds=1), participation=1.0)
+    init = lambda seed: initial_weights("logreg", (1,), 2, seed)[1]  # noqa: E731
+    algo = ifca.Ifca(init, ifca.IfcaConfig(clusters=K, restarts=3, restart_rounds=1), participation=1.0)
     # stand-in inits (no model builds): restart r's K models
     inits = {0: torch.tensor([[0.0, 0, 0], [5.0, 5, 5]]), 1: torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]),
              2: torch.tensor([[3.0, 3, 3], [4.0, 4, 4]])}

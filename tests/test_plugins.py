@@ -17,7 +17,7 @@ import torch
 
 from fedclust.algorithms import registry
 from fedclust.algorithms.base import Algorithm, Context, PeerAlgorithm
-from fedclust.config import load_config
+from fedclust.config import load_config, run_facts
 from fedclust.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def test_a_plugin_may_build_on_another():
     for plugins in (f"[{FAILING},{PLUGIN}]", f"[{PLUGIN},{FAILING}]"):
         cfg = load_config(None, [f"plugins={plugins}", "algorithm.name=failing_gossip", "data.name=synthetic",
                                  "threshold_gossip.threshold=0.2", "failing_gossip.rank=1", "failing_gossip.round=3"])
-        algo = registry.build(cfg)
+        algo = registry.build(cfg, run_facts(cfg))
         assert isinstance(algo, registry.get("threshold_gossip")) and algo.gathers_before
         assert (algo.threshold_gossip.threshold, algo.failing_gossip.rank, algo.failing_gossip.round) == (0.2, 1, 3)
     assert {"threshold_gossip", "failing_gossip"} <= set(registry.names())
@@ -92,14 +92,14 @@ def test_every_registered_algorithm_conforms(name):
     for section, section_cls in cls.sections.items():
         assert dataclasses.is_dataclass(section_cls) and isinstance(getattr(cfg, section), section_cls)
         getattr(cfg, section).validate(cfg)
-    algo = cls.from_config(cfg)
+    algo = registry.build(cfg, run_facts(cfg))
     n, P = cfg.clients, 12
     ids = torch.arange(2, 5)
     ctx = Context(n=n, client_ids=ids, clusters=torch.arange(n) % 2, seed=1, stage1_rounds=cfg.stage1_rounds,
                   w0=torch.randn(P, generator=torch.Generator().manual_seed(0)), device=torch.device("cpu"),
                   pair_loss=lambda m, o: m.pow(2).mean(1), pool_loss=lambda m, p: m[p].pow(2).mean(-1))
-    if name == "ifca":   # IFCA builds its further cluster models from the architecture: give it one of P params
-        algo.arch, algo.input_shape, algo.num_classes = "logreg", (5,), 2
+    if name == "ifca":   # IFCA's further cluster models come from the model's init: give it one of P params
+        algo.init_model = lambda seed: torch.randn(P, generator=torch.Generator().manual_seed(seed))
     state = algo.init(ctx)
     saved = algo.state_dict(state)
     assert set(saved) == {"clients", "server"}
@@ -139,7 +139,8 @@ def test_every_registered_algorithm_runs_on_two_processes_as_on_one(tmp_path, na
 
 
 LAYERS = [
-    {"fedclust.errors", "fedclust.rng", "fedclust.importing", "fedclust.lists", "fedclust.__version__"},
+    {"fedclust.errors", "fedclust.rng", "fedclust.importing", "fedclust.lists", "fedclust.sizes",
+     "fedclust.__version__"},
     {"fedclust.schema"},
     {"fedclust.data", "fedclust.engine", "fedclust.models", "fedclust.dist", "fedclust.metrics", "fedclust.peers",
      "fedclust.theory", "fedclust.progress"},
@@ -191,6 +192,22 @@ def test_layers_import_downward_only_and_never_inside_functions():
                 continue   # the CLI imports subcommands when called; the registry walks its own package
             assert at_top, f"{module} imports {target} inside a function"
             assert _layer(target) <= here, f"{module} (layer {here}) imports {target} (layer {_layer(target)})"
+
+
+FORBIDDEN_IN_ALGORITHMS = ("torch.distributed", "fedclust.dist", "fedclust.models")
+
+
+def test_no_algorithm_touches_the_transport_or_builds_a_model():
+    """Algorithms get the round's models through the view, collectives through ``ctx.all_reduce`` and the model
+    through RunFacts: none imports (or names) torch.distributed, fedclust.dist or fedclust.models."""
+    for path in sorted((ROOT / "fedclust" / "algorithms").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                assert not _in(name, FORBIDDEN_IN_ALGORITHMS), f"{path.name} imports {name}"
+        assert "torch.distributed" not in path.read_text(), path.name
 
 
 def _in(module: str, packages) -> bool:

@@ -27,7 +27,7 @@ def plenty_of_memory(monkeypatch):
     """FPFC refuses a run whose pairwise state does not fit in this machine's
     free memory; the sweep files are checked for their configs, not for the
     memory of the machine the tests run on."""
-    monkeypatch.setattr("fedclust.algorithms.fpfc.available_memory", lambda device: (1 << 40, "test"))
+    monkeypatch.setattr("fedclust.config.available_memory", lambda device: (1 << 40, "test"))
 
 
 def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:

@@ -72,16 +72,22 @@ def sparse_gossip(neighbors, own_ids: torch.Tensor, all_models: torch.Tensor) ->
     return torch.nn.functional.embedding_bag(bags, all_models, offsets, mode="mean")
 
 
-def gossip_columns(neighbors, own_ids: torch.Tensor, exchange) -> torch.Tensor:
-    """:func:`sparse_gossip` over an exchange in column blocks
-    (:class:`fedclust.dist.ColumnBlocks`): each block of the output is the
-    same mean of the same rows, column for column, so the result equals
-    :func:`sparse_gossip` of the whole models bit for bit."""
-    bags, offsets = gossip_bags(neighbors, own_ids)
-    out = exchange.parts["after"].new_empty(len(offsets), exchange.width)
-    bags, offsets = bags.to(out.device), offsets.to(out.device)
-    for start, stop, cols in exchange.blocks(("after",)):   # column blocks: one gather each
-        out[:, start:stop] = torch.nn.functional.embedding_bag(bags, cols["after"], offsets, mode="mean")
+def gossip_view(neighbors, own_ids: torch.Tensor, view) -> torch.Tensor:
+    """:func:`gossip` of the round's gathered models (``view``, a
+    :class:`fedclust.algorithms.base.RoundView`), read a column block at a
+    time (:meth:`~fedclust.algorithms.base.RoundView.blocks`).  Whole models
+    take :func:`gossip_path`'s path; blocks take the sparse one, whose every
+    column is the same mean of the same rows in any block, so that any block
+    width (and any number of processes) gives the same bits."""
+    path = gossip_path(view.all_after.shape[0]) if view.whole else "sparse"
+    out = None
+    for start, stop, cols in view.blocks(("after",)):   # column blocks: one gather each
+        part = gossip(neighbors, own_ids, cols["after"], path)
+        if start == 0 and stop == view.width:
+            return part
+        if out is None:
+            out = part.new_empty(part.shape[0], view.width)
+        out[:, start:stop] = part
     return out
 
 
@@ -133,17 +139,6 @@ def weighted_average(models: torch.Tensor, weights: torch.Tensor | None = None) 
 AVERAGE_CHUNK_ELEMENTS = 2**24   # rows x columns of the models an average copies at once (64 MB of float32)
 
 
-def _gathered(view):
-    """``(start, [n, columns])`` of the round's gathered models: the whole
-    ``view.all_after`` at once, or a column block at a time from
-    ``view.columns`` (the exchange in column blocks, one gather each)."""
-    if view.columns is None:
-        yield 0, view.all_after
-        return
-    for start, _, cols in view.columns.blocks(("after",)):
-        yield start, cols["after"]
-
-
 def _row_chunks(models: torch.Tensor, rows: torch.Tensor):
     """``(start, stop, models[rows, start:stop])`` over chunks of columns of
     at most :data:`AVERAGE_CHUNK_ELEMENTS` numbers: the chosen rows are never
@@ -163,11 +158,12 @@ def _row_indices(rows: torch.Tensor, device) -> torch.Tensor:
 def average_rows(view, rows: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`weighted_average` of the gathered models' ``rows`` (bool [n] or
     indices) → ``[P]``, read whole or in column blocks (``view.columns``) and
-    a chunk of columns at a time: the same bits either way, the sum being
-    column by column (:func:`pairwise_sum`)."""
+    a chunk of columns at a time (:meth:`~fedclust.algorithms.base.RoundView.blocks`): the same bits either way,
+    the sum being column by column (:func:`pairwise_sum`)."""
     rows = _row_indices(rows, view.after.device)   # view.after: this rank's models, where the gathered ones are
-    out = view.after.new_empty(view.columns.width if view.columns is not None else view.all_after.shape[1])
-    for offset, models in _gathered(view):
+    out = view.after.new_empty(view.width)
+    for offset, _, got in view.blocks(("after",)):
+        models = got["after"]
         for start, stop, chunk in _row_chunks(models, rows):
             out[offset + start:offset + stop] = weighted_average(chunk, weights)
     return out
@@ -182,7 +178,8 @@ def cluster_average_rows(view, rows: torch.Tensor, assign: torch.Tensor, K: int,
     rows = _row_indices(rows, previous.device)
     assign = assign.to(previous.device)[rows]
     out = torch.empty_like(previous)
-    for offset, models in _gathered(view):
+    for offset, _, got in view.blocks(("after",)):
+        models = got["after"]
         for start, stop, chunk in _row_chunks(models, rows):
             a, b = offset + start, offset + stop
             out[:, a:b] = cluster_average(chunk, assign, K, previous[:, a:b], weights)

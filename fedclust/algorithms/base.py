@@ -16,13 +16,35 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 
-from fedclust.algorithms.aggregation import gossip, gossip_columns, own, own_mask
-from fedclust.peers import PeerIndex, peer_counts
+from fedclust.algorithms.aggregation import gossip_view, own, own_mask
+from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
+from fedclust.peers import PeerIndex, peer_counts
+
+
+def _no_memory() -> tuple[int, str]:
+    raise ValueError("RunFacts.free_memory was not given")
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What an algorithm may know of a run besides its config, before it
+    starts: given to :meth:`Algorithm.from_config` and
+    :meth:`Algorithm.check_run` by the config checks and the runner
+    (:func:`fedclust.config.run_facts`).  An algorithm builds no model and
+    asks no transport itself: what it needs of either comes from here or
+    from the round's :class:`Context`."""
+
+    layout: ParamLayout                     # the model's flat parameters (names, shapes, offsets); P = .numel
+    init: Callable[[int], torch.Tensor]     # the model's default init under a seed, flat [P] float32 on the CPU
+    world: int = 1                          # processes of the run
+    ranks_per_node: int = 1                 # of them on one machine, sharing its host memory
+    # (bytes free, where) on the device a rank of the run uses (asked when called)
+    free_memory: Callable[[], tuple[int, str]] = _no_memory
 
 
 @dataclass
@@ -65,17 +87,43 @@ class Context:
 
 @dataclass
 class RoundView:
-    """What the round's single all-gather makes visible."""
+    """What the round's single all-gather makes visible.  Every client's
+    models are read through :meth:`blocks`, whether the exchange brought
+    them whole (one block) or a column block at a time (config
+    ``exchange_mb``; ``columns`` then reads them, one gather a block)."""
 
     round: int                          # 1-based
     before: torch.Tensor | None         # [C, P] this rank's models before local training (gathers_before only)
     after: torch.Tensor                 # [C, P] after local training
-    all_after: torch.Tensor             # [n, P] every client's model after local training
-    all_before: torch.Tensor | None = None  # [n, P], only if the algorithm sets gathers_before
+    all_after: torch.Tensor | None = None   # [n, P] every client's model after local training (None: in blocks)
+    all_before: torch.Tensor | None = None  # [n, P], only if the algorithm sets gathers_before (None: in blocks)
     all_labels: torch.Tensor | None = None  # [n] int64 every client's RoundPlan.labels (gathers_labels only)
-    # The exchange in column blocks (config exchange_mb, one process too): all_after and all_before are None
-    # and the algorithm reads the gathered models a block at a time (fedclust.dist.ColumnBlocks).
+    # The exchange in column blocks (fedclust.dist.ColumnBlocks: .width, .blocks(names), .parts); None: whole.
     columns: Any = None
+
+    @property
+    def whole(self) -> bool:
+        """The models came whole (all_after, all_before), not in column blocks."""
+        return self.columns is None
+
+    @property
+    def width(self) -> int:
+        """P, the columns of a model."""
+        return int(self.columns.width if self.columns is not None else self.after.shape[1])
+
+    def blocks(self, names: tuple[str, ...] = ("after",)) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]:
+        """``(start, stop, {name: [n, stop - start]})`` over the gathered models' columns in increasing order
+        (``names`` among "after", "before"): the whole models as one block when they came whole, else one
+        block (and one gather) at a time."""
+        if self.columns is not None:
+            yield from self.columns.blocks(names)
+            return
+        got = {k: getattr(self, f"all_{k}") for k in names}
+        missing = [k for k, v in got.items() if v is None]
+        if missing:
+            raise ValueError(f"the round's gather holds no {missing[0]!r} models: an algorithm that reads them "
+                             "declares gathers_before")
+        yield 0, self.width, got
 
     def drop_before(self) -> None:
         """Let go of the models from before training (the gossip needs only the new ones): one [n, P] less, or
@@ -237,7 +285,9 @@ class Algorithm:
     @classmethod
     def from_config(cls, cfg) -> "Algorithm":
         """The algorithm object for a validated config (:meth:`check` has passed):
-        its sections as they are, the core keys it uses as values."""
+        its sections as they are, the core keys it uses as values.  One that
+        needs the model (its layout, its init) or the run's processes takes a
+        second parameter, ``facts`` (:class:`RunFacts`), and gets them."""
         raise NotImplementedError(f"{cls.__name__} must define from_config(cfg)")
 
     @classmethod
@@ -267,6 +317,11 @@ class Algorithm:
                               "from stage one's neighbour list")
         for section in cls.sections:
             getattr(cfg, section).validate(cfg)
+
+    @classmethod
+    def check_run(cls, cfg, facts: RunFacts) -> None:
+        """Refuse a config whose run cannot fit this machine (its model and
+        processes: ``facts``), before any data is read; default: nothing."""
 
     # -- the round -------------------------------------------------------
 
@@ -372,8 +427,7 @@ class PeerAlgorithm(Algorithm):
         own_ids = ctx.client_ids
         received = received_models(averaged, self.contacted(state, view.round), own_ids)
         return state, RoundResult(
-            models=(gossip(averaged, own_ids, view.all_after) if view.columns is None
-                    else gossip_columns(averaged, own_ids, view.columns)),
+            models=gossip_view(averaged, own_ids, view),
             lists=self.neighbor_list(state, averaged),
             averaged=averaged,
             received=received,

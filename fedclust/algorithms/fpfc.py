@@ -15,13 +15,12 @@ import numpy as np
 import torch
 
 from fedclust.algorithms.aggregation import cluster_average, own, participants, trainers
-from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result, client_rows
+from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, RunFacts, client_rows, server_result
 from fedclust.algorithms.registry import register
-from fedclust.dist import CHECKPOINT_BLOCK_BYTES, available_memory, world_from_env
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
-from fedclust.models import build_model, model_spec, parameter_count
 from fedclust.schema import finite, one_of, option
+from fedclust.sizes import CHECKPOINT_BLOCK_BYTES
 
 # Pairs per chunk × P at most this (4 MB per float32 buffer, or one pair): on 2 CPU cores with 40 MLP clients a
 # compact round took 0.9 s with 2^20 against 2.8 s with 2^24, whose 64 MB buffers are fresh mappings faulted in
@@ -739,15 +738,14 @@ def head_layers(layout: ParamLayout) -> tuple[tuple[str, ...], int]:
     return names[k:], layout.offsets[k]
 
 
-def fused_columns(cfg) -> tuple[tuple[str, ...] | None, int]:
-    """``(prox_layers, first)`` of a run: the tensors that carry the local
-    proximal term (None: all) and the first of the columns ``first .. P − 1``
-    the pairs fuse; ``(None, 0)`` for ``fpfc.fuse=all``, the head's
-    (:func:`head_layers`) for ``head``."""
+def fused_columns(cfg, layout: ParamLayout) -> tuple[tuple[str, ...] | None, int]:
+    """``(prox_layers, first)`` of a run of a model of ``layout``: the
+    tensors that carry the local proximal term (None: all) and the first of
+    the columns ``first .. P − 1`` the pairs fuse; ``(None, 0)`` for
+    ``fpfc.fuse=all``, the head's (:func:`head_layers`) for ``head``."""
     if cfg.fpfc.fuse != "head":
         return None, 0
-    arch, shape, classes = model_spec(cfg)
-    return head_layers(ParamLayout.from_module(build_model(arch, shape, classes)))
+    return head_layers(layout)
 
 
 def average_body_(omega: torch.Tensor, active: torch.Tensor, first: int) -> torch.Tensor:
@@ -799,16 +797,15 @@ def fpfc_memory_need(n: int, P: int, ranks_sharing: int = 1, world: int = 1, fus
     return per_rank * int(ranks_sharing) + checkpoint_gather_bytes(n, F, world)
 
 
-def check_fpfc_memory(cfg, available: tuple[int, str] | None = None) -> None:
+def check_fpfc_memory(cfg, facts: RunFacts, available: tuple[int, str] | None = None) -> None:
     """Refuse an FPFC run whose pairwise state would not fit (ConfigError on
     ``clients`` naming the numbers and the largest client count that fits)."""
-    n, P = cfg.clients, parameter_count(cfg)
-    first = fused_columns(cfg)[1]
-    free, where = available or available_memory(cfg.device)
-    devices, nodes = world_from_env()
-    world, sharing = devices * nodes, 1
+    n, P = cfg.clients, facts.layout.numel
+    first = fused_columns(cfg, facts.layout)[1]
+    free, where = available or facts.free_memory()
+    world, sharing = facts.world, 1
     if where.startswith("host"):
-        sharing = devices   # ranks on this node share its RAM
+        sharing = facts.ranks_per_node   # ranks on this node share its RAM
     need = fpfc_memory_need(n, P, sharing, world, P - first)
     if need <= free:
         return
@@ -866,7 +863,6 @@ class FpfcConfig:
                   "stepped every round); set participation below 1, as the official code's 0.5", file=sys.stderr)
         finite("fpfc.nu", self.nu, "the cluster threshold must be a finite number >= 0 (paper: in [xi, 0.5])",
                strict=False)
-        check_fpfc_memory(cfg)
 
 
 @dataclass
@@ -916,9 +912,13 @@ class Fpfc(Algorithm):
     paper_results = {("synthetic", None, 4): (89.46, 0.04)}
 
     @classmethod
-    def from_config(cls, cfg) -> "Fpfc":
-        prox_layers, first = fused_columns(cfg)
+    def from_config(cls, cfg, facts: RunFacts) -> "Fpfc":
+        prox_layers, first = fused_columns(cfg, facts.layout)
         return cls(cfg.fpfc, cfg.participation, cfg.rounds, prox_layers, first)
+
+    @classmethod
+    def check_run(cls, cfg, facts: RunFacts) -> None:
+        check_fpfc_memory(cfg, facts)
 
     def init(self, ctx: Context) -> FpfcState:
         """ω_i^0 all equal (w0), ζ_i^0 = ω_i^0, θ^0 = 0, v^0 = 0 (c = 0); ζ and

@@ -12,15 +12,15 @@ Shapes: client models ``[C, P]``, cluster models ``[K, P]``, losses
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from fedclust import rng
 from fedclust.algorithms.aggregation import cluster_average_rows, own, participants, trainers
-from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
+from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, RunFacts, server_result
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
-from fedclust.models import initial_weights, model_spec
 from fedclust.schema import option
 
 INIT_STREAM = "ifca_init"   # rng stream of the cluster models' init seeds
@@ -44,28 +44,22 @@ def assign_clusters(losses: torch.Tensor) -> torch.Tensor:
 # Round object
 
 
-def model_init(arch: str, input_shape, num_classes: int, seed: int) -> torch.Tensor:
-    """Flat default init ``[P]`` of the architecture under ``seed`` (as the run's w0)."""
-    return initial_weights(arch, input_shape, num_classes, seed)[1]
-
-
-def cluster_inits(w0: torch.Tensor, K: int, seed: int, arch: str, input_shape, num_classes: int,
-                  restart: int = 0) -> torch.Tensor:
+def cluster_inits(w0: torch.Tensor, K: int, seed: int, init, restart: int = 0) -> torch.Tensor:
     """``[K, P]`` initial cluster models of restart ``restart``: for restart 0
     ``w0``, then the default init under the seeds
     ``rng.hash_ints(seed, 0, INIT_STREAM, k, 0)``, k = 1..K-1; for restart
     r > 0 all K under ``rng.hash_ints(seed, r, INIT_STREAM, k, 0)``, k = 0..K-1
-    (keyed on (seed, restart), the same on every rank).  Each is the
-    architecture's default init as :func:`fedclust.models.initial_weights`
-    builds ``w0`` under ``seed``, so the K inits are independent draws of the
-    same distribution and the run is a function of the seed alone."""
+    (keyed on (seed, restart), the same on every rank).  Each is
+    ``init(seed)``, the model's default init (:attr:`RunFacts.init`, as
+    ``w0`` is built under the run's seed), so the K inits are independent
+    draws of the same distribution and the run is a function of the seed alone."""
     rows = [w0.detach()] if restart == 0 else []
     for k in range(1 if restart == 0 else 0, K):   # K model builds, once per restart
         s = int(rng.hash_ints(seed, restart, INIT_STREAM, torch.tensor(k), 0))
-        w = model_init(arch, input_shape, num_classes, s).to(w0)
+        w = init(s).to(w0)
         if w.shape != w0.shape:
             raise ValueError(f"cluster init has {w.numel()} parameters but w0 has {w0.numel()}; "
-                             "pass the run's architecture and input shape")
+                             "init must build the run's model")
         rows.append(w)
     return torch.stack(rows)
 
@@ -165,12 +159,10 @@ class Ifca(Algorithm):
     Every rank must know every client's choice: the round's all-gather
     carries it, one number a client (``gathers_labels``).  The cluster
     average is column by column, so the models may come in column blocks
-    (``exchange_mb``).  ``arch``, ``input_shape`` and ``num_classes`` build
-    the further cluster inits (:func:`cluster_inits`)."""
+    (``exchange_mb``).  ``init`` (the model's default init under a seed,
+    :attr:`RunFacts.init`) gives the further cluster inits (:func:`cluster_inits`)."""
 
-    arch: str
-    input_shape: tuple
-    num_classes: int
+    init_model: Callable[[int], torch.Tensor]
     ifca: IfcaConfig = field(default_factory=IfcaConfig)
     participation: float = 1.0
 
@@ -182,13 +174,11 @@ class Ifca(Algorithm):
     paper_results = {("synthetic", None, 4): (60.42, 0.17)}
 
     @classmethod
-    def from_config(cls, cfg) -> "Ifca":
-        arch, shape, classes = model_spec(cfg)
-        return cls(arch, shape, classes, cfg.ifca, cfg.participation)
+    def from_config(cls, cfg, facts: RunFacts) -> "Ifca":
+        return cls(facts.init, cfg.ifca, cfg.participation)
 
     def _inits(self, ctx: Context, restart: int) -> torch.Tensor:
-        return cluster_inits(ctx.w0, self.ifca.clusters, ctx.seed, self.arch, self.input_shape, self.num_classes,
-                             restart).to(ctx.w0)
+        return cluster_inits(ctx.w0, self.ifca.clusters, ctx.seed, self.init_model, restart).to(ctx.w0)
 
     def init(self, ctx: Context) -> IfcaState:
         return IfcaState(models=self._inits(ctx, 0), assignment=torch.zeros(ctx.n, dtype=torch.int64, device=ctx.device))

@@ -9,9 +9,10 @@ class); the built-in ones are found by importing every module of
 from __future__ import annotations
 
 import difflib
+import inspect
 
 from fedclust import schema
-from fedclust.algorithms.base import Algorithm
+from fedclust.algorithms.base import Algorithm, RunFacts
 from fedclust.errors import ConfigError
 from fedclust.importing import import_submodules
 
@@ -66,9 +67,15 @@ def get(name: str) -> type[Algorithm]:
     return _CLASSES[name]
 
 
-def build(cfg) -> Algorithm:
-    """The algorithm object for ``cfg.algorithm.name``."""
-    return get(cfg.algorithm.name).from_config(cfg)
+def build(cfg, facts: RunFacts | None = None) -> Algorithm:
+    """The algorithm object for ``cfg.algorithm.name``: ``from_config(cfg, facts)`` for one whose from_config
+    takes ``facts`` (:class:`fedclust.algorithms.base.RunFacts`), else ``from_config(cfg)``."""
+    cls = get(cfg.algorithm.name)
+    if "facts" in inspect.signature(cls.from_config).parameters:
+        if facts is None:
+            raise ValueError(f"{cls.name} needs the run's facts (fedclust.config.run_facts(cfg))")
+        return cls.from_config(cfg, facts)
+    return cls.from_config(cfg)
 
 
 _loaded = False

@@ -313,19 +313,16 @@ def similarity_for(metric: str, alpha: float, ctx, view, pool: torch.Tensor) -> 
             raise ValueError("loss similarity needs ctx.pool_loss or ctx.pair_loss (the engine's loss of peer "
                              "models on own data)")
         return loss_pool_scores(ctx.pair_loss, view.all_after, pool, pool_loss=ctx.pool_loss)
-    if view.all_before is None and view.columns is None:
+    if view.whole and view.all_before is None:
         raise ValueError("grad similarity needs view.all_before: the algorithm must set gathers_before=True")
     w0 = ctx.w0.to(view.after.device)
     client0 = ctx.client_ids == 0
-    if view.columns is not None:   # the exchange in column blocks: the pool path, a block at a time
-        return grad_pool_scores(view.columns.blocks(("after", "before")), ctx.n, w0, alpha, pool,
-                                own=ctx.own_rows, full_rows=client0)
-    if ctx.n < POOL_SIMILARITY_MIN_CLIENTS:   # one dense product: faster for few clients, the published runs'
+    if view.whole and ctx.n < POOL_SIMILARITY_MIN_CLIENTS:   # one dense product: faster for few clients
         sim = grad_similarity(view.all_after, view.all_before, w0, alpha, own=ctx.own_rows)
         at = client0.nonzero().flatten()
         return PoolScores.from_matrix(sim, pool.to(sim.device), sim[int(at[0])] if len(at) else None)
-    whole = [(0, view.all_after.shape[1], {"after": view.all_after, "before": view.all_before})]
-    return grad_pool_scores(whole, ctx.n, w0, alpha, pool, own=ctx.own_rows, full_rows=client0)
+    return grad_pool_scores(view.blocks(("after", "before")), ctx.n, w0, alpha, pool, own=ctx.own_rows,
+                            full_rows=client0)
 
 
 def pool_similarity(scores: PoolScores) -> torch.Tensor:
