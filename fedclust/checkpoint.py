@@ -40,6 +40,7 @@ from fedclust.algorithms import registry
 from fedclust.errors import CheckpointError, ConfigError
 from fedclust.models import file_sha256, model_name, model_source
 from fedclust.outputs import RUN_FILES
+from fedclust.rank import RankSetup
 from fedclust.schema import CORE_KEYS, absent_key_values, flatten
 
 FORMAT = 2            # 2: with CHECKSUM; 1 (read, unverified, with a warning): before checksums
@@ -391,11 +392,11 @@ class Checkpointer:
     :data:`CHECKPOINT_SECONDS` or 50x the last checkpoint's cost, whichever
     is longer, so checkpoints take at most ~2% of the run); always after the
     last round and when some rank asked (a stop signal, its clock ran out).
-    ``state.state_dict(s)`` gathers the state on every rank (rank 0 gets it)."""
+    ``state.state_dict(setup)`` gathers the state on every rank (rank 0 gets it)."""
 
-    def __init__(self, s, run_dir: str | Path):
-        self.s, self.run_dir = s, run_dir
-        self.every = s.cfg.checkpoint_every
+    def __init__(self, setup: RankSetup, run_dir: str | Path):
+        self.setup, self.run_dir = setup, run_dir
+        self.every = setup.cfg.checkpoint_every
         self.last_time = time.monotonic()
         self.last_cost = 0.0
         self.last_path: Path | None = None
@@ -408,13 +409,13 @@ class Checkpointer:
 
     def after_round(self, state, outcome) -> None:
         t = state.round
-        if (t == self.s.cfg.rounds or outcome.stop or outcome.checkpoint_due
+        if (t == self.setup.cfg.rounds or outcome.stop or outcome.checkpoint_due
                 or (self.every > 0 and t % self.every == 0)):
             self.write(state)
 
     def write(self, state) -> None:
         started = time.monotonic()
-        payload = self.s.collective(state.round, state.state_dict, self.s)
+        payload = self.setup.collective(state.round, state.state_dict, self.setup)
         if payload is not None:
             self.last_path = write(self.run_dir, state.round, payload)
         self.last_cost = time.monotonic() - started

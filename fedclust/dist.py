@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from fedclust.errors import StartupError
+from fedclust.errors import CollectiveError, StartupError
 
 
 def world_from_env() -> tuple[int, int]:
@@ -166,6 +166,46 @@ def startup_store(host: str, port: int, rank: int, world: int, startup_seconds: 
                            f"{fix}") from None
     store.set_timeout(datetime.timedelta(seconds=float(timeout_seconds)))
     return store
+
+
+class Collectives:
+    """The run's collectives on one rank, each run through :meth:`run`: with
+    several ranks, a collective that fails or times out (a rank died or
+    hangs) becomes a :class:`fedclust.errors.CollectiveError` naming this
+    rank and the round.  ``round``: the round under way, named by
+    :meth:`all_reduce`'s errors (the runner sets it)."""
+
+    def __init__(self, rank: int, world: int, timeout_seconds: float):
+        self.rank, self.world, self.timeout = rank, world, float(timeout_seconds)
+        self.round = 0
+
+    def run(self, t: int, fn, *args):
+        """``fn(*args)``, a collective of round ``t``."""
+        try:
+            return fn(*args)
+        except (RuntimeError, torch.distributed.DistError) as exc:
+            if self.world == 1:
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise CollectiveError(f"rank {self.rank}: a collective in round {t} failed or timed out "
+                                  f"(collective_timeout = {self.timeout:g} s): another rank stopped or hangs "
+                                  f"({type(exc).__name__}: {first})") from exc
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``x`` summed into it, in place; one process: ``x`` as it is."""
+        if self.world > 1:
+            self.run(self.round, torch.distributed.all_reduce, x)
+        return x
+
+
+def finish(fabric) -> None:
+    """With several processes: wait until rank 0 has written everything, then
+    close the process group, so that no rank exits while the others still use
+    it (gloo aborts a process whose background threads are still running)."""
+    if fabric.world_size > 1:
+        fabric.barrier()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:

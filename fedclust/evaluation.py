@@ -15,6 +15,7 @@ from fedclust.engine.train import evaluate
 from fedclust.models import model_record
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
 from fedclust.peers import PeerIndex, as_indices, peer_counts
+from fedclust.rank import RankSetup
 
 METRICS_PER_CLIENT = 6   # accuracy, loss, precision, recall, models received, most received in a round
 
@@ -40,23 +41,23 @@ class Traffic:
         self.server_max = max(self.server_max, result.server_received)
 
 
-def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
+def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray | None]:
     """The round's metrics record and every client's neighbour lists
     (``[n, m]`` int32 index lists, :func:`fedclust.lists.index_lists`;
     None for methods without lists): one gather of every rank's numbers, then
     one of the lists' members, n·m of them, never an ``[n, n]`` table."""
-    cfg, ctx, result, t = s.cfg, s.ctx, outcome.result, state.round
-    acc, loss = evaluate(state.flat, s.layout, s.arch, s.data.test_x, s.data.test_y, counts=s.data.test_counts)
+    cfg, ctx, result, t = setup.cfg, setup.ctx, outcome.result, state.round
+    acc, loss = evaluate(state.flat, setup.layout, setup.arch, setup.data.test_x, setup.data.test_y, counts=setup.data.test_counts)
     C = len(ctx.client_ids)
-    lists = result.lists if result.lists is not None else PeerIndex.empty(C, s.n, state.flat.device)
+    lists = result.lists if result.lists is not None else PeerIndex.empty(C, setup.n, state.flat.device)
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
     traffic = state.traffic
-    extra = extra_accuracies(s, state, acc)
+    extra = extra_accuracies(setup, state, acc)
     sizes = peer_counts(lists).double()
     local = torch.stack([acc.double(), loss.double(), precision.double(), recall.double(),
                          traffic.received.double(), traffic.max_round.double(), *extra.values(), sizes], dim=1)
     # The float64 numbers bit for bit, each client's list length last: every rank learns the longest list.
-    everyone = s.collective(t, gather_rows, s.fabric, local.contiguous().view(torch.uint8), s.n)
+    everyone = setup.collective(t, gather_rows, setup.fabric, local.contiguous().view(torch.uint8), setup.n)
     values = everyone.contiguous().view(torch.float64)
     acc_all, loss_all, prec_all, rec_all, recv_all, maxr_all = (values[:, i].cpu() for i in range(METRICS_PER_CLIENT))
     extra_all = {k: values[:, METRICS_PER_CLIENT + i].cpu() for i, k in enumerate(extra)}
@@ -67,8 +68,8 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
         mine = torch.full((C, longest), -1, dtype=torch.int32, device=lists.device)
         mine[:, :idx.shape[1]] = torch.where(valid, idx, -1).to(torch.int32)
         # the members of every list, padded to the longest (no gather when every list is empty: Local)
-        all_lists = (s.collective(t, gather_rows, s.fabric, mine, s.n).cpu().numpy() if longest
-                     else np.full((s.n, 0), -1, dtype=np.int32))
+        all_lists = (setup.collective(t, gather_rows, setup.fabric, mine, setup.n).cpu().numpy() if longest
+                     else np.full((setup.n, 0), -1, dtype=np.int32))
     has_lists = all_lists is not None and all_lists.shape[1] > 0   # Local's empty lists define no neighbours
     clients_received = float(recv_all.sum())
     # Every model a client receives was sent by a peer or the server; clients send one model per upload the
@@ -91,7 +92,7 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
         "round_seconds": outcome.seconds,
         "client_accuracy": [round(100.0 * float(a), 2) for a in acc_all],
     }
-    for k in s.algo.extra_accuracies:   # the algorithm's own accuracies (CFL: best of lineage); null if not given
+    for k in setup.algo.extra_accuracies:   # the algorithm's own accuracies (CFL: best of lineage); null if not given
         record[k] = 100.0 * float(extra_all[k].mean()) if k in extra_all else None
     truth = None if ctx.clusters is None else ctx.clusters.cpu().numpy()   # None: not known (ari null)
     if has_lists:
@@ -103,27 +104,28 @@ def evaluate_round(s, state, outcome) -> tuple[dict, np.ndarray | None]:
     return record, all_lists
 
 
-def extra_accuracies(s, state, accuracy: torch.Tensor) -> dict[str, torch.Tensor]:
+def extra_accuracies(setup: RankSetup, state, accuracy: torch.Tensor) -> dict[str, torch.Tensor]:
     """The algorithm's own test accuracies of this rank's clients
     (:meth:`fedclust.algorithms.base.Algorithm.extra_accuracy`), float64
     ``[C]`` each, in the order of its ``extra_accuracies``."""
-    if not s.algo.extra_accuracies:
+    if not setup.algo.extra_accuracies:
         return {}
 
     def score(models, x, y, counts=None):
-        return evaluate(models, s.layout, s.arch, x, y, counts=counts)
+        return evaluate(models, setup.layout, setup.arch, x, y, counts=counts)
 
-    got = s.algo.extra_accuracy(state.algo_state, s.ctx, s.data, state.flat, accuracy, score)
-    unknown = sorted(set(got) - set(s.algo.extra_accuracies))
+    got = setup.algo.extra_accuracy(state.algo_state, setup.ctx, setup.data, state.flat, accuracy, score)
+    unknown = sorted(set(got) - set(setup.algo.extra_accuracies))
     if unknown:
-        raise ValueError(f"{type(s.algo).__name__}.extra_accuracy gave {unknown}, not declared in extra_accuracies")
-    return {k: got[k].double() for k in s.algo.extra_accuracies if k in got}
+        raise ValueError(f"{type(setup.algo).__name__}.extra_accuracy gave {unknown}, not declared in extra_accuracies")
+    return {k: got[k].double() for k in setup.algo.extra_accuracies if k in got}
 
 
-def summarize(s, history: list[dict], wall: float, process: float | None = None, starts: int = 1) -> dict:
+def summarize(setup: RankSetup, history: list[dict], wall: float, process: float | None = None,
+              starts: int = 1) -> dict:
     """summary.json: what was run, the last and best rounds, the traffic, the time: ``wall`` seconds of
-    compute over every process that worked on the run (``starts`` of them), ``process`` of them this one's."""
-    cfg = s.cfg
+    compute over every process that worked on the run (``starts`` of them), ``process`` of them this one'setup."""
+    cfg = setup.cfg
     final = history[-1]
     best = max(history, key=lambda r: r["accuracy"])
     return {
@@ -132,21 +134,21 @@ def summarize(s, history: list[dict], wall: float, process: float | None = None,
         "data": cfg.data.name,
         # data.clusters applies to a pool only (Synthetic's clusters, a file's clients, are their own)
         "data_clusters": cfg.data.clusters if dataset(cfg.data).kind_of(cfg.data) == "pool" else None,
-        "data_source": s.data.source,
-        "true_clusters": cfg.data.num_clusters if s.data.clusters is not None else None,   # None: not known
-        "model": s.spec,
-        **model_record(s.spec, s.layout.numel, s.arch),
+        "data_source": setup.data.source,
+        "true_clusters": cfg.data.num_clusters if setup.data.clusters is not None else None,   # None: not known
+        "model": setup.spec,
+        **model_record(setup.spec, setup.layout.numel, setup.arch),
         "clients": cfg.clients,
         "rounds": cfg.rounds,
-        "stage1_rounds": s.stage1_end,
+        "stage1_rounds": setup.stage1_end,
         # examples per client; None where clients hold different numbers (a file of clients)
         # (before a validation split is carved from them: the data setting)
-        "train_size": None if s.data.train_counts is not None else int(s.data.train_x.shape[1])
-        + (0 if s.data.val_x is None else int(s.data.val_x.shape[1])),
-        "test_size": None if s.data.test_counts is not None else int(s.data.test_x.shape[1]),
+        "train_size": None if setup.data.train_counts is not None else int(setup.data.train_x.shape[1])
+        + (0 if setup.data.val_x is None else int(setup.data.val_x.shape[1])),
+        "test_size": None if setup.data.test_counts is not None else int(setup.data.test_x.shape[1]),
         "seed": cfg.seed,
         "final_accuracy": final["accuracy"],
-        **{f"final_{k}": final.get(k) for k in s.algo.extra_accuracies},
+        **{f"final_{k}": final.get(k) for k in setup.algo.extra_accuracies},
         "best_accuracy": best["accuracy"],
         "best_round": best["round"],
         "final_loss": final["loss"],

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedclust import upgrade
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.algorithms.fixtopology import FixTopology
 from fedclust.algorithms.local import Local
@@ -161,7 +162,7 @@ def test_fixtopology_keeps_index_lists_and_resumes_from_a_mask_checkpoint():
     state = algo.init(ctx)
     assert state.peers.shape == (12, 3) and state.peers.dtype == torch.int64
     mask = as_mask(algo.select(state, ctx, view(1))[1])
-    old = algo.load_state_dict(ctx, {"clients": {"peers": mask}, "server": {}})
+    old = algo.load_state_dict(ctx, upgrade.algorithm_state({"clients": {"peers": mask}, "server": {}}, algo, 12))
     assert torch.equal(old.peers, state.peers)
     again = algo.load_state_dict(ctx, algo.state_dict(state))
     assert torch.equal(again.peers, state.peers)

@@ -11,6 +11,7 @@ import shutil
 import pytest
 import torch
 
+from fedclust import upgrade
 from fedclust.algorithms import fpfc
 from fedclust.algorithms.aggregation import participants
 from fedclust.algorithms.base import Context, RoundView
@@ -297,11 +298,12 @@ def test_a_checkpoint_of_the_literal_layout_is_converted():
     algo = fpfc.Fpfc(fpfc.FpfcConfig(lam=LAM, a=A, xi=XI, rho=RHO, nu=0.1, scale_to_model=False))
     old = {"clients": {"zeta": torch.zeros(n, P)},
            "server": {"omega": omega, "theta": theta, "v": v, "scale": 1.0, "labels": torch.arange(n)}}
-    state = algo.load_state_dict(_ctx(n, P), old)
+    state = algo.load_state_dict(_ctx(n, P), upgrade.algorithm_state(old, algo, n))
     assert torch.allclose(state.theta, theta, rtol=0, atol=1e-6) and torch.allclose(state.v, v, rtol=0, atol=1e-5)
     assert torch.equal(state.omega, omega) and state.scale == 1.0
-    part = algo.load_state_dict(_ctx(n, P, torch.arange(2, 4)), {"clients": {"zeta": torch.zeros(2, P)},
-                                                                 "server": old["server"]})
+    now = upgrade.algorithm_state(old, algo, n)   # every client's rows; a rank takes its own
+    part = algo.load_state_dict(_ctx(n, P, torch.arange(2, 4)),
+                                {"clients": {k: v[2:4] for k, v in now["clients"].items()}, "server": now["server"]})
     assert torch.equal(part.theta_rows, state.theta_rows[2:4])
     after = omega + 0.2 * torch.randn(n, P, generator=g)
     state, _ = algo.aggregate(state, _ctx(n, P), RoundView(round=4, before=None, after=after, all_after=after))
@@ -310,7 +312,7 @@ def test_a_checkpoint_of_the_literal_layout_is_converted():
     assert torch.allclose(state.zeta, fpfc.zeta(after, theta, v, RHO), rtol=0, atol=1e-5)
     old["server"]["v"] = torch.randn(fpfc.n_pairs(n), P, generator=g)
     with pytest.raises(ConfigError) as e:
-        algo.load_state_dict(_ctx(n, P), old)
+        upgrade.algorithm_state(old, algo, n)
     assert e.value.field == "resume" and "overwrite=true" in str(e.value)
 
 

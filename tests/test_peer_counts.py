@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedclust import upgrade
 from fedclust.algorithms.peer_counts import (add_counts, add_mask, counted_more_than, counts_matrix, empty_counts,
                                              from_matrix)
 from fedclust.lists import count_table
@@ -86,10 +87,11 @@ def test_state_an_earlier_version_kept_is_dropped_and_unknown_state_refused():
     saved = alg.state_dict(alg.init(ctx))
     assert sorted(saved["clients"]) == ["hnm_failed", "neighbors"]   # the round's similarities are not saved
     saved["clients"]["last_similarity"] = torch.zeros(n, n)          # as checkpoints before this version
-    assert torch.equal(alg.load_state_dict(ctx, saved).neighbors, saved["clients"]["neighbors"])
+    assert torch.equal(alg.load_state_dict(ctx, upgrade.algorithm_state(saved, alg, n)).neighbors,
+                       saved["clients"]["neighbors"])
     saved["clients"]["mystery"] = torch.zeros(n)
     with pytest.raises(ValueError, match=r"fields \['mystery'\] that this version does not know"):
-        alg.load_state_dict(ctx, saved)
+        alg.load_state_dict(ctx, upgrade.algorithm_state(saved, alg, n))
 
 
 def test_row_counts_in_chunks_equal_the_sum(monkeypatch):

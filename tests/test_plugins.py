@@ -146,7 +146,8 @@ LAYERS = [
      "fedclust.theory", "fedclust.progress"},
     {"fedclust.algorithms"},
     {"fedclust.config", "fedclust.outputs", "fedclust.figures", "fedclust.report", "fedclust.checkpoint",
-     "fedclust.tracking", "fedclust.evaluation", "fedclust.stopping"},
+     "fedclust.tracking", "fedclust.evaluation", "fedclust.stopping", "fedclust.rank", "fedclust.state",
+     "fedclust.upgrade", "fedclust.rank0", "fedclust.exchange"},
     {"fedclust.runner"},
     {"fedclust.bench"},                       # the measurement tools: beside the CLI, above the product
     {"fedclust.cli", "fedclust.__main__"},

@@ -279,8 +279,6 @@ class Algorithm:
     # none) and, as ``final_<key>``, in summary.json; none by default (the record is unchanged)
     extra_accuracies: ClassVar[tuple[str, ...]] = ()
     validation_key: ClassVar[str] = ""   # the config key of validation_share, named by the errors about it
-    # state fields that checkpoints of earlier versions hold and this version no longer keeps: dropped on resume
-    retired_state: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_config(cls, cfg) -> "Algorithm":
@@ -372,7 +370,7 @@ class Algorithm:
             return None
         kept = {f.name for f in dataclasses.fields(template)}
         values = {**saved["clients"], **saved["server"]}
-        unknown = sorted(set(values) - kept - set(self.retired_state))
+        unknown = sorted(set(values) - kept)
         if unknown:
             raise ValueError(f"{self.name}: the checkpoint's algorithm state has fields {unknown} that this version "
                              "does not know: resume with the fedclust version that wrote it")

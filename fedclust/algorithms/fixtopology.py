@@ -9,7 +9,7 @@ import torch
 
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
 from fedclust.algorithms.registry import register
-from fedclust.peers import PeerIndex, mask_indices
+from fedclust.peers import PeerIndex
 
 
 @dataclass
@@ -37,9 +37,3 @@ class FixTopology(PeerAlgorithm):
 
     def select(self, state: FixTopologyState, ctx: Context, view: RoundView):
         return state, PeerIndex(state.peers, torch.ones_like(state.peers, dtype=torch.bool), ctx.n)
-
-    def load_state_dict(self, ctx: Context, saved: dict) -> FixTopologyState:
-        peers = saved["clients"]["peers"]
-        if peers.dtype == torch.bool:   # a checkpoint of an earlier version: the [C, n] mask of the same peers
-            peers = mask_indices(peers)[0]
-        return FixTopologyState(peers)

@@ -993,23 +993,12 @@ class Fpfc(Algorithm):
 
     def load_state_dict(self, ctx: Context, saved: dict) -> FpfcState:
         """The state from a checkpoint, built from the saved tensors alone (no
-        zero state of the same size first); one written before the compact
-        layout (θ and v ``[E, P]`` as server state) is converted
-        (:func:`from_literal`)."""
+        zero state of the same size first)."""
         server = dict(saved["server"])
-        width = (server["theta"] if "v" in server else server["theta_diam"]).shape[-1]
+        width = server["theta_diam"].shape[-1]
         want = int(ctx.w0.numel()) - self.first
         if width != want:
             raise ConfigError("fpfc.fuse", self.fpfc.fuse, f"the checkpoint's pair state covers {width} columns but "
                               f"fpfc.fuse={self.fpfc.fuse} fuses {want}; resume with the fpfc.fuse the run started "
                               f"with, or start afresh with overwrite=true")
-        if "v" in server:
-            theta, v = server.pop("theta"), server.pop("v")
-            first, count = ctx.own_rows.start, len(ctx.client_ids)
-            try:
-                rows, diam, ratio, norms = from_literal(theta, v, ctx.n, first, count, self.fpfc.rho)
-            except ValueError as exc:
-                raise ConfigError("resume", "fpfc checkpoint", f"its pair state cannot be converted to the compact "
-                                  f"layout ({exc}); start afresh with overwrite=true") from exc
-            server.update(theta_rows=rows, theta_diam=diam, ratio=ratio, norms=norms)
         return FpfcState(**saved["clients"], **server)

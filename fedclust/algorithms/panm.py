@@ -78,7 +78,6 @@ class PANM(PeerAlgorithm):
     needs_k = needs_l = needs_stages = keeps_k_of_l = True
     stage_one_figures = True
     sections = {"panm": PanmConfig}
-    retired_state = ("last_similarity",)   # older checkpoints' [C, n] float32: now kept on the pool, for the round
 
     @classmethod
     def from_config(cls, cfg) -> "PANM":

@@ -16,7 +16,7 @@ import torch
 
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows, round_only
 from fedclust.algorithms.cni import draw_candidates, top_k_of_pool
-from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_counts, from_matrix
+from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_counts
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import client0_similarity, pool_similarity, similarity_for
 from fedclust.errors import ConfigError
@@ -118,7 +118,6 @@ class PENS(PeerAlgorithm):
     needs_k = needs_l = needs_stages = keeps_k_of_l = True
     stage_one_figures = True
     sections = {"pens": PensConfig}
-    retired_state = ("last_similarity",)   # older checkpoints' [C, n] float32: now kept on the pool, for the round
     paper_results = {("fmnist", "rotation", 2): (86.82, 0.11)}
 
     @classmethod
@@ -137,14 +136,6 @@ class PENS(PeerAlgorithm):
         peers, counts = empty_counts(C, self.count_width(n), dev)
         return PensState(count_peers=peers, counts=counts, last_topk=no, fixed=no.clone(), formed=False,
                          fell_back=torch.zeros(C, dtype=torch.bool, device=dev), similarity_round=0)
-
-    def load_state_dict(self, ctx: Context, saved: dict) -> PensState:
-        rows = saved["clients"]
-        if "count_peers" not in rows:   # a checkpoint of an earlier version: counts as a [C, n] int64 table
-            rows = dict(rows)
-            rows["count_peers"], rows["counts"] = from_matrix(rows["counts"], self.count_width(ctx.n))
-            saved = {**saved, "clients": rows}
-        return super().load_state_dict(ctx, saved)
 
     def select(self, state: PensState, ctx: Context, view: RoundView) -> tuple[PensState, torch.Tensor]:
         t = view.round

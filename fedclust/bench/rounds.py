@@ -52,12 +52,12 @@ def checkpoint_cost(config: str, clients: int, rounds: int, overrides: list[str]
         out = str(Path(tmp) / "run")
         cfg = load_config(config or None, [f"clients={clients}", f"rounds={rounds + 1}", "figures=false",
                                            "progress=false", f"out={out}", *overrides])
-        s = runner.setup(cfg, make_fabric(cfg.device, cfg.collective_timeout))
-        state = runner.LoopState.fresh(s)
+        setup = runner.build(cfg, make_fabric(cfg.device, cfg.collective_timeout))
+        state = runner.LoopState.fresh(setup)
         seconds = []
         for t in range(1, rounds + 1):
-            seconds.append(runner.round_step(s, state, t).seconds)
-        writer = checkpoint.Checkpointer(s, out)
+            seconds.append(runner.round_step(setup, state, t).seconds)
+        writer = checkpoint.Checkpointer(setup, out)
         costs = []
         for _ in range(3):
             writer.write(state)

@@ -179,19 +179,19 @@ def measure(fabric, cfg, rounds: int) -> dict:
         torch.cuda.reset_peak_memory_stats(device)
     base = current_rss()
     reset_done = reset_peak()
-    s = runner.setup(cfg, fabric)
-    state = runner.LoopState.fresh(s)
+    setup = runner.build(cfg, fabric)
+    state = runner.LoopState.fresh(setup)
     seconds, gather_s, gather_b, calls = [], [], [], []
     try:
         for t in range(1, rounds + 1):
             with measure_gathers() as meter:
-                seconds.append(runner.round_step(s, state, t).seconds)   # no outcome kept: the run loop keeps none
+                seconds.append(runner.round_step(setup, state, t).seconds)   # no outcome kept: the run loop keeps none
             gather_s.append(meter.seconds)
             gather_b.append(meter.bytes)
             calls.append(meter.calls)
         params = int(state.flat.shape[1])
     finally:
-        del state, s
+        del state, setup
         gc.collect()
     peak = peak_rss(reset_done)
     peak_cuda = torch.cuda.max_memory_allocated(device) if on_cuda else -1

@@ -39,8 +39,8 @@ class StallingIfca(Ifca):
     sections = {**Ifca.sections, "stalling_ifca": StallConfig}
 
     @classmethod
-    def from_config(cls, cfg) -> "StallingIfca":
-        return dataclasses.replace(super().from_config(cfg), stalling_ifca=cfg.stalling_ifca)
+    def from_config(cls, cfg, facts) -> "StallingIfca":
+        return dataclasses.replace(super().from_config(cfg, facts), stalling_ifca=cfg.stalling_ifca)
 
     def plan(self, state, ctx, round_, models):
         f = self.stalling_ifca

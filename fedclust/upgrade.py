@@ -1,0 +1,107 @@
+"""Checkpoints of earlier fedclust versions, brought to today's form before
+a run resumes from them.  Every conversion of an older checkpoint lives
+here, and nowhere else: the loop state and the algorithms read only
+today's form.
+
+Each step says what changed, works on the whole payload as saved (rows of
+all n clients, in global client order; bool masks packed by
+:func:`fedclust.checkpoint.pack_bits`), and leaves a current checkpoint as
+it is.  (A config written before a key existed is read by
+:func:`fedclust.schema.absent_key_values`; neighbour lists of older run
+directories, bool ``[n, n]`` tables, by :func:`fedclust.lists.index_lists`.)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedclust.algorithms.base import Algorithm
+from fedclust.algorithms.fixtopology import FixTopology
+from fedclust.algorithms.fpfc import Fpfc, from_literal
+from fedclust.algorithms.panm import PANM
+from fedclust.algorithms.peer_counts import from_matrix
+from fedclust.algorithms.pens import PENS
+from fedclust.checkpoint import unpack_bits
+from fedclust.errors import ConfigError
+from fedclust.lists import index_lists
+from fedclust.peers import mask_indices
+
+
+def checkpoint(payload: dict, algo: Algorithm) -> dict:
+    """``payload`` (a checkpoint as read) in today's form, for a run of ``algo``; a new dict, the tensors shared."""
+    payload = dict(payload)
+    _stage_one_lists(payload)
+    _final_lists(payload)
+    _run_time(payload)
+    payload["algorithm"] = algorithm_state(payload["algorithm"], algo, int(payload["weights"].shape[0]))
+    return payload
+
+
+def algorithm_state(saved: dict, algo: Algorithm, n: int) -> dict:
+    """An algorithm's saved state (``{"clients": {field: [n, ...] rows}, "server": {...}}``, every client's
+    rows) in today's form for ``algo``, a run of ``n`` clients; a new dict, the tensors shared."""
+    clients, server = dict(saved["clients"]), dict(saved["server"])
+    if isinstance(algo, (PANM, PENS)):
+        _similarity_kept_on_the_pool(clients, server)
+    if isinstance(algo, FixTopology):
+        _fixed_peers_as_indices(clients)
+    if isinstance(algo, PENS):
+        _pens_counts_as_lists(clients, algo, n)
+    if isinstance(algo, Fpfc):
+        _fpfc_compact_pairs(clients, server, algo, n)
+    return {"clients": clients, "server": server}
+
+
+def _stage_one_lists(payload: dict) -> None:
+    """Before stage-one counts were lists: an ``[n, n]`` table of how often i averaged with j."""
+    if "stage1_peers" not in payload:
+        payload["stage1_peers"], payload["stage1_counts"] = from_matrix(payload["stage1_counts"])
+
+
+def _final_lists(payload: dict) -> None:
+    """Before neighbour lists were index lists: a bool ``[n, n]`` table of the last round's lists."""
+    lists = payload.get("final_lists")
+    if lists is not None and lists.dtype == torch.bool:
+        payload["final_lists"] = torch.from_numpy(index_lists(lists.numpy()))
+
+
+def _run_time(payload: dict) -> None:
+    """Before the run's compute time was kept: its rounds' own times (start-up left out), one process."""
+    payload.setdefault("run_seconds", sum(r.get("round_seconds") or 0.0 for r in payload["history"]))
+    payload.setdefault("starts", 1)
+
+
+def _similarity_kept_on_the_pool(clients: dict, server: dict) -> None:
+    """PANM and PENS kept the last round's ``[n, n]`` float32 similarities; now they keep the pool's, per round."""
+    clients.pop("last_similarity", None)
+    server.pop("last_similarity", None)
+
+
+def _fixed_peers_as_indices(clients: dict) -> None:
+    """FixTopology kept its fixed peers as a bool ``[n, n]`` mask; now as ``[n, k]`` indices (the same peers)."""
+    peers = clients["peers"]
+    if isinstance(peers, dict):   # a bool mask, packed as checkpoints hold masks
+        peers = unpack_bits(peers["bits"], int(peers["width"]))
+    if peers.dtype == torch.bool:
+        clients["peers"] = mask_indices(peers)[0]
+
+
+def _pens_counts_as_lists(clients: dict, algo: PENS, n: int) -> None:
+    """PENS kept its stage-one counts as an ``[n, n]`` int64 table; now as count lists of ``count_width`` slots."""
+    if "count_peers" not in clients:
+        clients["count_peers"], clients["counts"] = from_matrix(clients["counts"], algo.count_width(n))
+
+
+def _fpfc_compact_pairs(clients: dict, server: dict, algo: Fpfc, n: int) -> None:
+    """FPFC kept θ and v as literal ``[E, P]`` pair arrays; now in the compact layout (θ rows per client, one
+    c per pair, v = c·θ: :func:`fedclust.algorithms.fpfc.from_literal`)."""
+    if "v" not in server:
+        return
+    theta, v = server.pop("theta"), server.pop("v")
+    try:
+        rows, diam, ratio, norms = from_literal(theta, v, n, 0, n, algo.fpfc.rho)
+    except ValueError as exc:
+        raise ConfigError("resume", "fpfc checkpoint", f"its pair state cannot be converted to the compact layout "
+                          f"({exc}); start afresh with overwrite=true") from exc
+    clients["theta_rows"] = rows
+    server.update(theta_diam=diam, ratio=ratio, norms=norms)
