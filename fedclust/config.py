@@ -20,9 +20,11 @@ from fedclust.data import check_data
 from fedclust.dist import available_memory, exchange_column_bytes, exchange_columns, resolve_device, world_from_env
 from fedclust.errors import ConfigError
 from fedclust.importing import import_target
-from fedclust.models import cnn_side, initial_weights, is_user_model, make_net, model_spec
+from fedclust.models import check_input, initial_weights, is_user_model, make_net, model_spec
+from fedclust.models.registry import aliases as model_aliases, names as model_names
 from fedclust.schema import (SECTIONS, AlgorithmConfig, Config, DataConfig, TrainConfig, WandbConfig,  # noqa: F401
-                             dump, parse, parse_override, read_yaml, set_key, to_dict, valid_keys, validate_core)
+                             dump, one_of, parse, parse_override, read_yaml, set_key, to_dict, valid_keys,
+                             validate_core)
 
 
 def load_plugin(spec: str) -> None:
@@ -68,10 +70,13 @@ def validate(cfg: Config) -> None:
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", "cuda", "no CUDA device is visible here; use device=cpu or device=auto")
     check_data(cfg.data, cfg.clients)   # data-set plugins were imported with the algorithms' (load_algorithms)
+    if not is_user_model(cfg.model):   # FILE.py:NAME / package.module:NAME are checked by building them, below
+        one_of("model", cfg.model, {"auto", *model_names()}, aliases=model_aliases())
     arch, shape, _ = model_spec(cfg)
-    if arch == "cnn" and (len(shape) != 3 or min(cnn_side(s) for s in shape[1:]) < 1):
-        raise ConfigError("model", cfg.model, f"the cnn needs image inputs (channels, height, width) of at least "
-                          f"18x18, but {cfg.data.name}'s inputs have shape {list(shape)}; use model=mlp")
+    why = check_input(arch, shape)
+    if why:
+        raise ConfigError("model", cfg.model, f"the {arch} {why}, but {cfg.data.name}'s inputs have shape "
+                          f"{list(shape)}; use model=mlp")
     if is_user_model(arch) or cfg.engine == "loop":   # built, checked and its engine chosen before anything starts
         make_net(arch, shape, model_spec(cfg)[2], cfg.engine, resolve_device(cfg.device), cfg.seed)
     algorithm.check_run(cfg, run_facts(cfg))

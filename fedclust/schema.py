@@ -461,11 +461,10 @@ def dump(cfg: Config) -> str:
 # ----------------------------------------------------------------------------
 # Validation: the one place every value is checked.
 
-# Words people write for an allowed value, by key (difflib alone would take "gpu" for "cpu").
+# Words people write for an allowed value, by key (difflib alone would take "gpu" for "cpu"); a model's are
+# declared by the model (fedclust.models.base.BuiltinModel.aliases).
 ALIASES: dict[str, dict[str, str]] = {
     "device": {"gpu": "cuda", "cuda:0": "cuda", "nvidia": "cuda", "cpu:0": "cpu", "host": "cpu"},
-    "model": {"logistic": "logreg", "linear": "logreg", "lr": "logreg", "logistic_regression": "logreg",
-              "conv": "cnn", "convnet": "cnn", "dense": "mlp", "fc": "mlp"},
     "resume": {"true": "auto", "yes": "auto", "on": "auto", "continue": "auto", "false": "never", "no": "never",
                "off": "never", "always": "require", "must": "require"},
     "wandb.mode": {"off": "disabled", "none": "disabled", "false": "disabled", "no": "disabled", "local": "offline",
@@ -473,12 +472,12 @@ ALIASES: dict[str, dict[str, str]] = {
 }
 
 
-def suggest(path: str, value: Any, allowed) -> str | None:
-    """The allowed value closest to ``value``: a known synonym (:data:`ALIASES`),
+def suggest(path: str, value: Any, allowed, aliases: dict[str, str] | None = None) -> str | None:
+    """The allowed value closest to ``value``: a known synonym (``aliases``, else :data:`ALIASES`),
     the same word in another case, else difflib's closest."""
     words = [str(a) for a in allowed]
     text = str(value).strip()
-    alias = ALIASES.get(path, {}).get(text.lower())
+    alias = (aliases if aliases is not None else ALIASES.get(path, {})).get(text.lower())
     if alias in words:
         return alias
     for w in words:
@@ -488,10 +487,10 @@ def suggest(path: str, value: Any, allowed) -> str | None:
     return close[0] if close else None
 
 
-def one_of(path: str, value: Any, allowed, why: str = "") -> None:
+def one_of(path: str, value: Any, allowed, why: str = "", aliases: dict[str, str] | None = None) -> None:
     """Refuse a value outside ``allowed``, naming the closest allowed one and, if given, what the key means."""
     if value not in allowed:
-        close = suggest(path, value, allowed)
+        close = suggest(path, value, allowed, aliases)
         hint = f" (did you mean '{close}'?)" if close else ""
         raise ConfigError(path, value, f"must be one of {sorted(allowed)}{hint}" + (f": {why}" if why else ""))
 
@@ -530,8 +529,6 @@ def validate_core(cfg: Config) -> None:
                           "update cosine (PANM paper: 0.5)")
     if not 0.0 < cfg.participation <= 1.0:
         raise ConfigError("participation", cfg.participation, "must lie in (0, 1]: the share of clients per round")
-    if ":" not in cfg.model:   # FILE.py:NAME / package.module:NAME are checked by building them (fedclust.config)
-        one_of("model", cfg.model, {"auto", "logreg", "mlp", "cnn"})   # cnn's input size: fedclust.config.validate
     one_of("engine", cfg.engine, set(ENGINES))
     one_of("precision", cfg.precision, set(PRECISIONS), "the arithmetic of products and convolutions on a GPU")
     if not (math.isfinite(cfg.exchange_mb) and cfg.exchange_mb >= 0):

@@ -139,7 +139,7 @@ def test_every_registered_algorithm_runs_on_two_processes_as_on_one(tmp_path, na
 
 
 LAYERS = [
-    {"fedclust.errors", "fedclust.rng", "fedclust.importing", "fedclust.lists", "fedclust.sizes",
+    {"fedclust.errors", "fedclust.rng", "fedclust.importing", "fedclust.lists", "fedclust.sizes", "fedclust.registry",
      "fedclust.__version__"},
     {"fedclust.schema"},
     {"fedclust.data", "fedclust.engine", "fedclust.models", "fedclust.dist", "fedclust.metrics", "fedclust.peers",

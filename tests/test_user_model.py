@@ -14,7 +14,7 @@ from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.pool import pool_losses
 from fedclust.engine.train import TrainSettings, evaluate, train_round
 from fedclust.errors import ConfigError
-from fedclust.models import build_model, initial_weights, make_net, model_record
+from fedclust.models import build_model, builtin, initial_weights, make_net, model_record
 
 HERE = Path(__file__).resolve().parent
 MODELS = HERE / "plugins" / "user_models.py"
@@ -105,7 +105,7 @@ def test_auto_engine_batches_dense_models_and_loops_convolutions_on_a_cpu():
     assert net.engine == "loop" and "convolutions (Conv2d)" in why and "engine=batched overrides" in why
     assert make_net(CONV, SHAPE, CLASSES, "batched", "cpu")[0].engine == "batched"
     assert make_net(CONV, SHAPE, CLASSES, "auto", "cuda")[0].engine == "batched"
-    assert make_net("mlp", SHAPE, CLASSES, "auto", "cpu") == ("mlp", "")          # built-ins keep their own paths
+    assert make_net("mlp", SHAPE, CLASSES, "auto", "cpu") == (builtin("mlp"), "")   # built-ins keep their own paths
     loop, _ = make_net("mlp", SHAPE, CLASSES, "loop", "cpu")
     assert isinstance(loop, ModuleNet) and loop.engine == "loop"
 

@@ -154,7 +154,7 @@ class DataSet:
 
     name: ClassVar[str] = ""
     kind: ClassVar[str] = "pool"            # "pool" or "client" (see the module docstring)
-    default_model: ClassVar[str] = "mlp"    # model=auto: "logreg", "mlp" or "cnn"
+    default_model: ClassVar[str] = "mlp"    # model=auto: a registered model (fedclust.models.registry)
     # report: column position among the papers' data sets (None: after them, by name), and the papers'
     # setting for this data set (keys clients, rounds, train_size, model; None: no paper setting)
     report_order: ClassVar[int | None] = None

@@ -2,8 +2,8 @@
 user's module (``model=FILE.py:NAME``, docs/algorithms.md "Models") on the
 rows of the ``[C, P]`` parameter buffer.
 
-A :class:`ModuleNet` stands where the engine takes a built-in model's name
-(``"mlp"``, ``"cnn"``, ``"logreg"``): it gives the single-client forward
+A :class:`ModuleNet` is a :class:`fedclust.engine.net.Net`, as a built-in
+model is: it gives the single-client forward
 ``torch.func.functional_call(module, params, x)`` and the forward of C
 clients at once, either
 
@@ -33,11 +33,16 @@ ENGINES = ("batched", "loop")
 class ModuleNet:
     """A module's functional forward for the engine (see the module docstring)."""
 
+    cpu_chunk = None        # chunks sized from memory
+    dense_layers = None     # trained through torch.func.grad
+    pool_losses = None      # peers' losses by the pairwise path
+
     def __init__(self, module: nn.Module, engine: str, name: str = ""):
         if engine not in ENGINES:
             raise ValueError(f"engine = {engine!r}: use one of {', '.join(ENGINES)}")
         self.module = module
         self.engine = engine
+        self.engine_label = engine
         self.name = name or type(module).__name__
         self.buffers = {k: b.detach() for k, b in module.named_buffers()}
         self._buffers_on: dict = {}

@@ -34,17 +34,12 @@ import torch
 import torch.nn.functional as F
 from torch.func import grad
 
-from fedclust.engine.functional import (DENSE_LAYERS, Arch, activation_bytes, batched_forward_fn,
-                                        dense_momentum_grads_, per_client_cross_entropy)
+from fedclust.engine.functional import (activation_bytes, batched_forward_fn, dense_momentum_grads_,
+                                        per_client_cross_entropy)
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
+from fedclust.engine.net import Arch, as_net
 
-# Clients trained at once on a CPU (`fedclust bench`, 2 cores): small chunks
-# keep each step's tensors cache-sized and below glibc's mmap threshold
-# (re-used, not page-faulted anew every step); larger ones are slower.  On a
-# GPU chunks are sized from memory instead.  logreg (610 parameters): chunks
-# of 25-100 clients run alike (about 0.5 s for 100 clients x 200 steps).
-CPU_CLIENT_CHUNK = {"logreg": 100, "mlp": 8, "cnn": 2}
 # Bytes of activations (plus weights, gradients, momentum) one chunk may use.
 CPU_EVAL_BYTES = 64 * 2**20
 GPU_MEMORY_SHARE = 4  # a quarter of the device memory
@@ -86,11 +81,14 @@ def memory_budget(device: torch.device) -> int:
 
 
 def train_chunk_size(arch: Arch, layout: ParamLayout, x: torch.Tensor, batch: int) -> int:
-    """Clients trained at once: a built-in's :data:`CPU_CLIENT_CHUNK` on a
-    CPU; else as many as fit :func:`memory_budget` (activations of a batch
-    plus weights, gradients and momentum)."""
-    if x.device.type != "cuda" and isinstance(arch, str):
-        return CPU_CLIENT_CHUNK[arch]
+    """Clients trained at once: the model's ``cpu_chunk`` on a CPU (a
+    built-in's, measured: small chunks keep each step's tensors cache-sized
+    and below glibc's mmap threshold); else as many as fit
+    :func:`memory_budget` (activations of a batch plus weights, gradients
+    and momentum)."""
+    net = as_net(arch)
+    if x.device.type != "cuda" and net.cpu_chunk:
+        return net.cpu_chunk
     per_client = batch * activation_bytes(arch, tuple(x.shape[2:]), x.element_size()) \
         + 3 * layout.numel * x.element_size()
     return max(1, memory_budget(x.device) // per_client)
@@ -339,13 +337,14 @@ def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x
 def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                  orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
                  mu: float, counts: torch.Tensor | None = None, prox: tuple[int, ...] | None = None) -> torch.Tensor:
-    if isinstance(arch, ModuleNet) and arch.engine == "loop":
-        return _train_chunk_loop(flat, layout, arch, x, y, orders, settings, anchor, mu, counts, prox)
+    net = as_net(arch)
+    if net.engine == "loop":
+        return _train_chunk_loop(flat, layout, net, x, y, orders, settings, anchor, mu, counts, prox)
     if counts is not None:   # unequal clients: torch.func with per-sample weights and per-client steps
-        return _train_chunk_masked(flat, layout, arch, x, y, orders, settings, anchor, mu, counts, prox)
-    if isinstance(arch, str) and arch in DENSE_LAYERS and settings.backprop == "auto" and not settings.compile:
-        return _train_chunk_dense(flat, layout, DENSE_LAYERS[arch], x, y, orders, settings, anchor, mu, prox)
-    return _train_chunk_func(flat, layout, arch, x, y, orders, settings, anchor, mu, prox)
+        return _train_chunk_masked(flat, layout, net, x, y, orders, settings, anchor, mu, counts, prox)
+    if net.dense_layers and settings.backprop == "auto" and not settings.compile:
+        return _train_chunk_dense(flat, layout, net.dense_layers, x, y, orders, settings, anchor, mu, prox)
+    return _train_chunk_func(flat, layout, net, x, y, orders, settings, anchor, mu, prox)
 
 
 def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> torch.Tensor | None:
@@ -409,7 +408,7 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
             raise ValueError(f"train must be a bool [C={c}] mask, got {train.dtype} {tuple(train.shape)}")
         train = train.cpu()
     losses = torch.full((c,), float("nan"), dtype=flat.dtype, device=flat.device)
-    if counts is not None and not (isinstance(arch, ModuleNet) and arch.engine == "loop"):
+    if counts is not None and as_net(arch).engine != "loop":
         groups = width_groups(counts, n)
         if len(groups) > 1 or groups[0][0] < n:   # unequal clients: each trained at its own group's width
             for width, members in groups:

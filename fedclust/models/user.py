@@ -1,0 +1,146 @@
+"""Your own model: ``model=FILE.py:NAME`` or ``model=package.module:NAME``,
+``NAME(input_shape, num_classes)`` returning an ``nn.Module``.  Importing
+it, refusing what the engine would train wrongly (:func:`check_module`),
+and choosing how it trains (:func:`auto_engine`, :func:`check_vmap`)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from fedclust.engine.module_net import ModuleNet
+from fedclust.errors import ConfigError
+from fedclust.importing import import_target
+
+
+def is_user_model(spec: str) -> bool:
+    """Whether ``spec`` names a user's model (``...:NAME``) rather than a built-in."""
+    return ":" in str(spec)
+
+
+def _import_target(target: str):
+    """The module a spec's part before ':' names (a ``.py`` file or an importable module)."""
+    return import_target(target, "model", "give model=FILE.py:NAME (FILE.py a path relative to where you run "
+                         "fedclust, or absolute) or model=package.module:NAME with an importable module")
+
+
+def user_factory(spec: str):
+    """The callable a user model spec names: ``NAME(input_shape, num_classes)``
+    returns an ``nn.Module`` (a class with that constructor is such a callable)."""
+    target, _, name = str(spec).rpartition(":")
+    if not target or not name.isidentifier():
+        raise ConfigError("model", spec, "write your own model as FILE.py:NAME or package.module:NAME, NAME a "
+                          "callable taking (input_shape, num_classes) and returning a torch.nn.Module")
+    module = _import_target(target)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        raise ConfigError("model", spec, f"{target} has no callable '{name}'"
+                          + (f" (it defines: {', '.join(found)})" if found else ""))
+    return factory
+
+
+def model_source(spec: str) -> str | None:
+    """The file a user model is defined in (None for the built-ins)."""
+    if not is_user_model(spec):
+        return None
+    target = str(spec).rpartition(":")[0]
+    if target.endswith(".py"):
+        return str(Path(target).expanduser().resolve())
+    path = getattr(_import_target(target), "__file__", None)
+    return str(Path(path).resolve()) if path else None
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def build_user(spec: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    try:
+        module = user_factory(spec)(tuple(input_shape), int(num_classes))
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError("model", spec, f"NAME{tuple(input_shape), int(num_classes)} raised {type(exc).__name__}: "
+                          f"{exc}; make it take this data set's input_shape and num_classes, or choose another "
+                          "model") from None
+    if not isinstance(module, nn.Module):
+        raise ConfigError("model", spec, f"NAME(input_shape, num_classes) must return a torch.nn.Module, got "
+                          f"{type(module).__name__}")
+    return module
+
+
+# Modules whose training the engine cannot reproduce per client: (types, why, what to use instead).
+_REFUSED = (
+    (nn.modules.batchnorm._BatchNorm, "keeps running statistics that every client would have to hold and update "
+     "itself", "nn.GroupNorm(groups, channels) or nn.LayerNorm"),
+    (nn.modules.dropout._DropoutNd, "draws random masks that would not be keyed on (seed, round, client), so "
+     "runs could not be repeated or resumed exactly", "p=0, or leave it out"),
+)
+
+
+def check_module(spec: str, module: nn.Module, input_shape: tuple[int, ...], num_classes: int) -> None:
+    """Refuse, before anything starts, a module the engine would train
+    wrongly: BatchNorm (running statistics), dropout with p > 0, frozen
+    parameters, a forward that changes a buffer, or one that does not map
+    a batch of ``input_shape`` to ``[batch, num_classes]`` logits."""
+    for path, sub in module.named_modules():
+        for types, why, instead in _REFUSED:
+            if isinstance(sub, types) and not (isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p == 0):
+                raise ConfigError("model", spec, f"its module '{path or 'model'}' ({type(sub).__name__}) {why}; "
+                                  f"use {instead}")
+    params = list(module.named_parameters())
+    if not params:
+        raise ConfigError("model", spec, "the module has no parameters to train")
+    frozen = [n for n, p in params if not p.requires_grad]
+    if frozen:
+        raise ConfigError("model", spec, f"parameter '{frozen[0]}' does not require grad: fedclust trains every "
+                          "parameter; register a fixed tensor as a buffer (module.register_buffer) instead")
+    if len({p.dtype for _, p in params}) != 1 or params[0][1].dtype != torch.float32:
+        raise ConfigError("model", spec, "every parameter must be float32 (the engine stacks them in one float32 "
+                          "buffer); leave the module's dtype at its default")
+    before = {n: b.clone() for n, b in module.named_buffers()}
+    x = torch.zeros((2,) + tuple(input_shape))
+    try:
+        out = module(x)
+    except Exception as exc:
+        raise ConfigError("model", spec, f"its forward fails on a batch of inputs of shape (2, "
+                          f"{', '.join(map(str, input_shape))}) ({type(exc).__name__}: {exc}); make the module take "
+                          "the data set's input shape (passed to NAME as input_shape)") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError("model", spec, f"its forward must return logits [batch, {num_classes}] for a batch of "
+                          f"shape (2, {', '.join(map(str, input_shape))}), got {got}")
+    for n, b in module.named_buffers():
+        if not torch.equal(before[n], b):
+            raise ConfigError("model", spec, f"its forward changes buffer '{n}': fedclust gives every client the "
+                              "same buffers and keeps only parameters per client; compute it in forward instead")
+
+
+def auto_engine(module: nn.Module, device: str) -> tuple[str, str]:
+    """(engine, why) for ``engine=auto``: one client after another on a CPU
+    for a module with convolutions (``vmap`` of a convolution measured slower
+    there than the per-client loop: ``fedclust bench --user-models``,
+    docs/algorithms.md "Models"), else batched; :func:`make_net` also takes
+    the loop where ``torch.func.vmap`` cannot batch the module."""
+    convs = [type(m).__name__ for m in module.modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    if convs and device == "cpu":
+        return "loop", (f"it has convolutions ({convs[0]}), which train slower batched than one client after "
+                        "another on a CPU; engine=batched overrides")
+    return "batched", "engine=loop trains one client after another instead"
+
+
+def check_vmap(spec: str, net: ModuleNet, input_shape: tuple[int, ...]) -> str | None:
+    """None when the batched forward of ``net`` works on 2 clients x 2 inputs,
+    else why not (a random operation in forward, an operation vmap lacks)."""
+    params = {n: p.detach().unsqueeze(0).expand(2, *p.shape) for n, p in net.module.named_parameters()}
+    try:
+        net._vmapped(params, torch.zeros((2, 2) + tuple(input_shape)))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
