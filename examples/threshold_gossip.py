@@ -2,7 +2,7 @@
 
 Each round, every client averages its model with all the peers whose
 PANMGrad similarity (PANM paper Eq. 6: a mix, weighted by
-``algorithm.alpha``, of the cosine of the two clients' updates and the cosine
+``panm.alpha``, of the cosine of the two clients' updates and the cosine
 of their distances from the initial weights) is above
 ``threshold_gossip.threshold``.
 
@@ -76,7 +76,7 @@ class ThresholdState:
 @register
 @dataclass
 class ThresholdGossip(PeerAlgorithm):
-    alpha: float   # algorithm.alpha, the weight PANMGrad gives the update cosine
+    alpha: float   # panm.alpha, the weight PANMGrad gives the update cosine
     # The section itself, validated (named as the section, like every built-in algorithm's):
     threshold_gossip: ThresholdConfig = field(default_factory=ThresholdConfig)
 
@@ -89,7 +89,7 @@ class ThresholdGossip(PeerAlgorithm):
     @classmethod
     def from_config(cls, cfg) -> "ThresholdGossip":
         """The algorithm for a validated config, built once per run on every process."""
-        return cls(alpha=cfg.algorithm.alpha, threshold_gossip=cfg.threshold_gossip)
+        return cls(alpha=cfg.panm.alpha, threshold_gossip=cfg.threshold_gossip)
 
     def init(self, ctx: Context) -> ThresholdState:
         """The state before round 1.  ``ctx`` holds this process's clients

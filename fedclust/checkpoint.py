@@ -40,36 +40,17 @@ from fedclust.algorithms import registry
 from fedclust.errors import CheckpointError, ConfigError
 from fedclust.models import file_sha256, model_name, model_source
 from fedclust.outputs import RUN_FILES
+from fedclust.peers import pack_bits, unpack_bits  # noqa: F401  (how checkpoints hold bool masks)
 from fedclust.rank import RankSetup
-from fedclust.schema import CORE_KEYS, absent_key_values, flatten
+from fedclust import upgrade
+from fedclust.schema import CORE_KEYS, resumable_keys
 
 FORMAT = 2            # 2: with CHECKSUM; 1 (read, unverified, with a warning): before checksums
 FORMATS = (1, 2)
 CHECKSUM = "checksum"   # sha256 hex digest of every other entry (digest)
 DIRNAME = "checkpoints"
 KEEP = 2
-# Keys that may differ between a checkpoint's config and the resuming run's: run length and outputs.
-RESUMABLE_KEYS = ("rounds", "out", "label", "progress", "figures", "eval_every", "checkpoint_every", "resume", "overwrite",
-                  "collective_timeout", "startup_timeout", "plugins", "wandb.")
 _NAME = re.compile(r"^round-(\d{6,})\.pt$")
-
-
-_BITS = (1 << torch.arange(8, dtype=torch.uint8))   # bit k of a packed byte holds column 8·b + k
-
-
-def pack_bits(mask: torch.Tensor) -> torch.Tensor:
-    """A bool ``[C, w]`` mask as ``[C, ceil(w / 8)]`` uint8, eight columns a
-    byte: how checkpoints hold masks (a neighbour list of 100,000 clients is
-    1.25 GB instead of 10 GB).  :func:`unpack_bits` reverses it."""
-    C, w = mask.shape
-    padded = torch.nn.functional.pad(mask.to(torch.uint8), (0, (-w) % 8)).view(C, (w + 7) // 8, 8)
-    return (padded * _BITS.to(mask.device)).sum(-1, dtype=torch.uint8)
-
-
-def unpack_bits(packed: torch.Tensor, width: int) -> torch.Tensor:
-    """The bool ``[C, width]`` mask of :func:`pack_bits`' bytes."""
-    bits = (packed[..., None] & _BITS.to(packed.device)) != 0
-    return bits.reshape(packed.shape[0], packed.shape[1] * 8)[:, :width]
 
 
 def directory(out: str | Path) -> Path:
@@ -253,25 +234,17 @@ def write(out: str | Path, round_: int, payload: dict, keep: int = KEEP) -> Path
     return final
 
 
-def _with_defaults(config: dict) -> dict:
-    """``config`` flattened, every key it lacks read as
-    :func:`fedclust.schema.absent_key_values` says (its default, or how runs
-    behaved before it existed), so a checkpoint written by an earlier
-    fedclust resumes unless the key now asks for something else."""
-    return {**absent_key_values(), **flatten(config)}
-
-
 def config_differences(saved: dict, now: dict, sections: tuple[str, ...] = ()) -> list[str]:
     """Dotted keys whose values differ between two configs (as
     :func:`fedclust.schema.to_dict` writes them; a key one of them lacks
-    reads as :func:`_with_defaults` says): the core keys and those of ``sections`` (the
+    reads as :func:`fedclust.upgrade.config` says): the core keys and those of ``sections`` (the
     run's algorithm's; other algorithms' sections, present or not as plugins
-    are loaded, do not affect the run), except run-length and output keys
-    (:data:`RESUMABLE_KEYS`)."""
-    a, b = _with_defaults(saved), _with_defaults(now)
+    are loaded, do not affect the run), except the keys declared resumable
+    (run length and outputs: :func:`fedclust.schema.resumable_keys`)."""
+    a, b = upgrade.config(saved), upgrade.config(now)
     keys = sorted(k for k in set(a) | set(b) if k.split(".", 1)[0] in CORE_KEYS or k.split(".", 1)[0] in sections)
-    return [k for k in keys if a.get(k) != b.get(k)
-            and not any(k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_KEYS)]
+    free = resumable_keys()
+    return [k for k in keys if a.get(k) != b.get(k) and k not in free]
 
 
 def _saved_config(out: Path) -> dict | None:
@@ -365,7 +338,7 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
                           "a shorter run, or overwrite=true to replace it")
     diff = config_differences(payload["config"], config_dict, sections)
     if diff and not cfg.overwrite:
-        old, new = _with_defaults(payload["config"]), _with_defaults(config_dict)
+        old, new = upgrade.config(payload["config"]), upgrade.config(config_dict)
         shown = ", ".join(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in diff[:8])
         raise ConfigError(diff[0], new.get(diff[0]),
                           f"the checkpoint {path} was written with another config; differing keys: {shown}. Only "

@@ -17,19 +17,24 @@ import difflib
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from fedclust.errors import ConfigError
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
+def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,
+           resumable: bool = False) -> Any:
     """A config field with its default (or ``factory`` for a list) and its
-    one-line meaning, the text ``fedclust check --keys`` prints."""
+    one-line meaning, the text ``fedclust check --keys`` prints.
+    ``resumable``: the key may change when a run continues from a checkpoint
+    (run length and outputs: it changes no result of the rounds already
+    run); any other key must keep the checkpoint's value.  A field whose
+    type is a ``Literal`` takes one of its values (:func:`check_choices`)."""
     if not help:
         raise ValueError("every config key needs a one-line meaning (help=...)")
-    return field(default=default, default_factory=factory, metadata={"help": help})
+    return field(default=default, default_factory=factory, metadata={"help": help, "resumable": resumable})
 
 
 # Seeds key counter-based draws by their low 32 bits (fedclust.rng hashes seed * an odd constant mod 2**32),
@@ -37,13 +42,22 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any =
 SEED_LIMIT = 2**32
 
 
+# Choice fields: each a Literal, whose values check_choices accepts and fedclust check --keys lists.
+ClusterKind = Literal["rotation", "label_swap"]
+SyntheticInputs = Literal["client", "shared"]
+WandbMode = Literal["", "online", "offline", "disabled"]
+Engine = Literal["auto", "batched", "loop"]
+Precision = Literal["default", "fp32", "tf32"]   # fedclust.engine.precision
+Device = Literal["auto", "cpu", "cuda"]
+ResumeMode = Literal["auto", "never", "require"]
+PRECISIONS = typing.get_args(Precision)
+
+
 @dataclass
 class AlgorithmConfig:
     name: str = option("local", "the algorithm, by name (listed below; docs/algorithms.md; plugins add more)")
     k: int = option(5, "neighbours a peer-to-peer client averages with per round")
-    l: int = option(10, "candidates drawn per round (PANM, PENS); at least k")
-    tau: int = option(1, "PANM's HNM updates the neighbour list every tau rounds of stage two")
-    alpha: float = option(0.5, "PANMGrad's weight of the update cosine in CNI's similarity, in [0, 1]")
+    l: int = option(10, "candidates drawn per round (PANM, PENS); at least k")   # noqa: E741 (the papers' l)
 
 
 @dataclass
@@ -51,7 +65,7 @@ class DataConfig:
     name: str = option("fmnist", "data set: mnist, fmnist, cifar10, synthetic, npz (your arrays, data.path), "
                                  "torchvision:NAME (e.g. torchvision:KMNIST), or a plugin's")
     root: str = option("data", "folder of the data sets (torchvision layout, or the four Fashion-MNIST IDX files)")
-    clusters: str = option("rotation", "what sets image clusters apart: rotation or label_swap (synthetic: each "
+    clusters: ClusterKind = option("rotation", "what sets image clusters apart: rotation or label_swap (synthetic: each "
                                        "cluster's own (W, b))")
     num_clusters: int = option(2, "latent clusters: 2 or 4 (rotation, label_swap); any >= 1 for synthetic")
     train_size: int = option(200, "training samples per client (class-balanced)")
@@ -67,7 +81,7 @@ class DataConfig:
                                          "model mean u_k")
     synthetic_beta: float = option(1.0, "Synthetic(alpha, beta): beta >= 0, std of each client's input mean B_i")
     synthetic_dim: int = option(60, "Synthetic: input dimension")
-    synthetic_inputs: str = option("client", "Synthetic inputs: client (around each client's own mean, FedProx) "
+    synthetic_inputs: SyntheticInputs = option("client", "Synthetic inputs: client (around each client's own mean, FedProx) "
                                              "or shared (all around one mean)")
 
 
@@ -92,13 +106,14 @@ class WandbConfig:
     """Weights & Biases tracking (rank 0).  An empty value is not passed to
     W&B, so the WANDB_* environment (WANDB_MODE, WANDB_PROJECT, ...) decides."""
 
-    enabled: bool = option(False, "track the run in Weights & Biases (rank 0)")
-    project: str = option("", "W&B project; empty: WANDB_PROJECT, else fedclust")
-    entity: str = option("", "W&B entity (user or team); empty: WANDB_ENTITY or your default")
-    mode: str = option("", "online, offline (no account, no network) or disabled; empty: WANDB_MODE, else online")
-    group: str = option("", "W&B run group; empty: WANDB_RUN_GROUP")
-    name: str = option("", "W&B run name; empty: WANDB_NAME, else the run directory's name")
-    tags: list = option(help="W&B tags, each 1-64 characters, e.g. [panm,cifar]", factory=list)
+    enabled: bool = option(False, "track the run in Weights & Biases (rank 0)", resumable=True)
+    project: str = option("", "W&B project; empty: WANDB_PROJECT, else fedclust", resumable=True)
+    entity: str = option("", "W&B entity (user or team); empty: WANDB_ENTITY or your default", resumable=True)
+    mode: WandbMode = option(
+        "", "online, offline (no account, no network) or disabled; empty: WANDB_MODE, else online", resumable=True)
+    group: str = option("", "W&B run group; empty: WANDB_RUN_GROUP", resumable=True)
+    name: str = option("", "W&B run name; empty: WANDB_NAME, else the run directory's name", resumable=True)
+    tags: list = option(help="W&B tags, each 1-64 characters, e.g. [panm,cifar]", factory=list, resumable=True)
 
 
 # Sections declared by algorithms: name -> dataclass (fedclust.algorithms.registry fills it).
@@ -124,9 +139,6 @@ def _default_sections() -> dict:
     return {name: cls() for name, cls in SECTIONS.items()}
 
 
-RESUME_MODES = ("auto", "never", "require")
-ENGINES = ("auto", "batched", "loop")
-PRECISIONS = ("default", "fp32", "tf32")   # fedclust.engine.precision
 
 
 @dataclass
@@ -139,10 +151,10 @@ class Config:
     model: str = option("auto", "logreg, mlp (784-200-200-10), cnn (CIFAR-10), or your own: FILE.py:NAME or "
                                 "package.module:NAME, NAME(input_shape, num_classes) returning an nn.Module; auto: "
                                 "the data set's default")
-    engine: str = option("auto", "how a model trains all clients: batched (torch.func.vmap; the built-ins' "
+    engine: Engine = option("auto", "how a model trains all clients: batched (torch.func.vmap; the built-ins' "
                                  "hand-written paths), loop (one client after another), auto (batched, except "
                                  "convolutions on a CPU or a model vmap cannot batch)")
-    precision: str = option("default", "matrix products and convolutions on an NVIDIA GPU: default (PyTorch's: "
+    precision: Precision = option("default", "matrix products and convolutions on an NVIDIA GPU: default (PyTorch's: "
                                        "convolutions in TF32, products in float32), fp32 (IEEE float32 throughout) "
                                        "or tf32 (both on TF32 tensor cores, fastest); a CPU computes float32 "
                                        "under each")
@@ -151,28 +163,33 @@ class Config:
                                      "for the algorithms that read no whole peer model: random, fixtopology, "
                                      "oracle, local, panm_grad, fedavg, fedprox, ifca)")
     clients: int = option(100, "number of clients n, at least 2")
-    rounds: int = option(300, "total rounds (stage one + stage two)")
+    rounds: int = option(300, "total rounds (stage one + stage two); a run continued from its checkpoint may "
+                              "run more, never fewer", resumable=True)
     stage1_rounds: int = option(100, "rounds of stage one, T1 (PANM, PENS: 1 <= T1 <= rounds)")
     seed: int = option(0, "seed of every draw (data split, init, candidates, batches), 0 <= seed < 2^32")
     out: str = option("", "run directory; empty: runs/<algorithm>-<data>-s<seed>-<time>; a run there is continued "
-                          "from its newest checkpoint")
-    label: str = option("", "the run's name in fedclust report tables and W&B; empty: algorithm.name")
-    device: str = option("auto", "auto (cuda if visible, else cpu), cpu or cuda")
-    eval_every: int = option(1, "evaluate every this many rounds (and the last)")
-    progress: bool = option(True, "progress on rank 0: a bar on a terminal, else a line every 10 rounds or 60 s")
-    figures: bool = option(True, "write PNG figures into the run directory at the end")
+                          "from its newest checkpoint", resumable=True)
+    label: str = option("", "the run's name in fedclust report tables and W&B; empty: algorithm.name",
+                        resumable=True)
+    device: Device = option("auto", "auto (cuda if visible, else cpu), cpu or cuda")
+    eval_every: int = option(1, "evaluate every this many rounds (and the last)", resumable=True)
+    progress: bool = option(True, "progress on rank 0: a bar on a terminal, else a line every 10 rounds or 60 s",
+                            resumable=True)
+    figures: bool = option(True, "write PNG figures into the run directory at the end", resumable=True)
     plugins: list = option(help="modules or .py files imported first; they register more algorithms",
-                           factory=list)
+                           factory=list, resumable=True)
     checkpoint_every: int = option(0, "rounds between checkpoints; 0: by the clock (5 min or 50x a checkpoint's "
-                                      "cost); always at the end and on SIGUSR1/SIGTERM")
-    resume: str = option("auto", "auto: continue from out's newest checkpoint if any; never: refuse a directory "
-                                 "holding a run; require: error without a checkpoint")
+                                      "cost); always at the end and on SIGUSR1/SIGTERM", resumable=True)
+    resume: ResumeMode = option(
+        "auto", "auto: continue from out's newest checkpoint if any; never: refuse a directory holding a run; "
+        "require: error without a checkpoint", resumable=True)
     overwrite: bool = option(False, "true: a run in out that this config cannot continue is replaced, not "
-                                    "refused (a checkpoint of this same config is still resumed)")
+                                    "refused (a checkpoint of this same config is still resumed)", resumable=True)
     collective_timeout: float = option(600.0, "seconds a rank waits for the others in a collective before the "
-                                              "run stops")
+                                              "run stops", resumable=True)
     startup_timeout: float = option(180.0, "seconds the processes of a run of several wait for each other to "
-                                           "start (a rank that died or hangs in start-up is named after this)")
+                                           "start (a rank that died or hangs in start-up is named after this)",
+                                    resumable=True)
     # sections of the registered algorithms (pens, panm, fedprox, ...), reached as cfg.<name>
     sections: dict = field(default_factory=_default_sections, repr=False)
 
@@ -254,6 +271,8 @@ KEYS_HINT = "see the valid keys with fedclust check --keys"
 
 
 def _unknown_key(path: str) -> ConfigError:
+    if path in RENAMED_KEYS:
+        return ConfigError(path, "(renamed)", f"this key is now {RENAMED_KEYS[path]}: write {RENAMED_KEYS[path]}=VALUE")
     bare = path.lstrip("+~")
     if bare != path:    # Hydra's +key=value (add a key) or ~key (delete one)
         known = bare in valid_keys()
@@ -299,7 +318,7 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
         if value is None:
             return []
         raise ConfigError(path, value, "expected a list of strings, e.g. [my_package.my_algorithm]")
-    if tp is str:
+    if tp is str or choices(tp) is not None:   # a choice is a string; check_choices checks which
         if value is None:
             return ""
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -441,6 +460,11 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+# Keys that moved: {old dotted key: new one}.  A config giving an old key is refused naming the new one; a
+# checkpoint's or run directory's config is read with them moved (fedclust.upgrade.config).
+RENAMED_KEYS = {"algorithm.tau": "panm.tau", "algorithm.alpha": "panm.alpha"}
+
+
 def absent_key_values() -> dict:
     """What each key reads as in a config written before it existed (a
     checkpoint's, a run directory's config.yaml), flattened to dotted keys:
@@ -511,9 +535,48 @@ def at_least(path: str, value: int, low: int, fix: str) -> None:
 WANDB_PROJECT_CHARS = "/\\#?%:"   # W&B refuses a project name holding any of these, or longer than 128
 
 
+def choices(tp: Any) -> tuple | None:
+    """The values a ``Literal`` field type allows (None: not a choice field)."""
+    return typing.get_args(tp) if typing.get_origin(tp) is Literal else None
+
+
+def check_choices(obj: Any, prefix: str = "") -> None:
+    """Refuse a value outside its field's ``Literal`` choices, in ``obj`` (a
+    config dataclass) and the dataclasses it holds; ``prefix``: its dotted
+    path.  The error names the closest allowed value and the key's meaning."""
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    for name, tp in _field_types(type(obj)).items():
+        value = getattr(obj, name)
+        if dataclasses.is_dataclass(tp):
+            check_choices(value, f"{prefix}{name}.")
+        elif choices(tp) is not None:
+            one_of(f"{prefix}{name}", value, set(choices(tp)), str(fields[name].metadata.get("help", "")))
+
+
+def resumable_keys() -> set[str]:
+    """The dotted keys declared ``resumable`` (:func:`option`): the core keys', then each registered section's."""
+    def walk(cls, prefix: str) -> set[str]:
+        out: set[str] = set()
+        types = _field_types(cls)
+        for f in dataclasses.fields(cls):
+            if f.name not in types:
+                continue
+            if dataclasses.is_dataclass(types[f.name]):
+                out |= walk(types[f.name], f"{prefix}{f.name}.")
+            elif f.metadata.get("resumable"):
+                out.add(f"{prefix}{f.name}")
+        return out
+
+    keys = walk(Config, "")
+    for name, cls in SECTIONS.items():
+        keys |= walk(cls, name + ".")
+    return keys
+
+
 def validate_core(cfg: Config) -> None:
     """The range checks of the core keys, each key once (the algorithm's
     own, its sections' and the data's are made by :func:`fedclust.config.validate`)."""
+    check_choices(cfg)
     if cfg.clients < 2:
         raise ConfigError("clients", cfg.clients, "federated learning needs at least 2 clients")
     at_least("rounds", cfg.rounds, 1, "the total number of rounds")
@@ -523,18 +586,11 @@ def validate_core(cfg: Config) -> None:
     if not 0 <= cfg.seed < SEED_LIMIT:
         raise ConfigError("seed", cfg.seed, f"must lie in [0, 2^32 = {SEED_LIMIT}): the draws are keyed on the "
                           "seed's low 32 bits, so a larger or negative seed would repeat another seed's draws")
-    at_least("algorithm.tau", cfg.algorithm.tau, 1, "PANM's HNM runs every tau rounds of stage two")
-    if not 0.0 <= cfg.algorithm.alpha <= 1.0:
-        raise ConfigError("algorithm.alpha", cfg.algorithm.alpha, "must lie in [0, 1]: PANMGrad's weight of the "
-                          "update cosine (PANM paper: 0.5)")
     if not 0.0 < cfg.participation <= 1.0:
         raise ConfigError("participation", cfg.participation, "must lie in (0, 1]: the share of clients per round")
-    one_of("engine", cfg.engine, set(ENGINES))
-    one_of("precision", cfg.precision, set(PRECISIONS), "the arithmetic of products and convolutions on a GPU")
     if not (math.isfinite(cfg.exchange_mb) and cfg.exchange_mb >= 0):
         raise ConfigError("exchange_mb", cfg.exchange_mb, "must be a finite number of MiB >= 0 (0: gather the "
                           "round's models all at once)")
-    one_of("device", cfg.device, {"auto", "cpu", "cuda"})
     t = cfg.train
     finite("train.lr", t.lr, "must be a finite number > 0 (the default: 0.08)")
     if not 0.0 < t.lr_decay <= 1.0:
@@ -547,7 +603,6 @@ def validate_core(cfg: Config) -> None:
     at_least("train.batch_size", t.batch_size, 1, "samples per local SGD step")
     at_least("train.local_epochs", t.local_epochs, 1, "passes over a client's training set per round")
     w = cfg.wandb
-    one_of("wandb.mode", w.mode, {"", "online", "offline", "disabled"})
     bad = sorted(set(WANDB_PROJECT_CHARS) & set(w.project))
     if bad or len(w.project) > 128:
         raise ConfigError("wandb.project", w.project, "W&B takes a project name of at most 128 characters, none of "
@@ -559,7 +614,6 @@ def validate_core(cfg: Config) -> None:
     at_least("checkpoint_every", cfg.checkpoint_every, 0,
              "rounds between checkpoints (0: by the clock, every 5 minutes or 50x the last checkpoint's cost; "
              "always at the end and on SIGUSR1/SIGTERM)")
-    one_of("resume", cfg.resume, set(RESUME_MODES))
     finite("collective_timeout", cfg.collective_timeout,
            "must be a finite number of seconds > 0 (how long a rank waits for the others in a collective)")
     finite("startup_timeout", cfg.startup_timeout,

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedclust import checkpoint, upgrade
+from fedclust import upgrade
 from fedclust.algorithms.peer_counts import empty_counts
 from fedclust.dist import gather_rows
 from fedclust.evaluation import Traffic
+from fedclust.peers import pack_bits, unpack_bits
 from fedclust.rank import RankSetup
 from fedclust.schema import to_dict
 from fedclust.sizes import CHECKPOINT_BLOCK_BYTES
@@ -90,7 +91,7 @@ class LoopState:
 
         def mine(full):
             if isinstance(full, dict):   # a bool [n, w] mask, packed eight columns a byte
-                return checkpoint.unpack_bits(full["bits"][lo:hi], int(full["width"])).to(setup.device)
+                return unpack_bits(full["bits"][lo:hi], int(full["width"])).to(setup.device)
             return None if full is None else full[lo:hi].to(setup.device, copy=True)   # not a view of the mapped file
 
         algo_saved = {"clients": {k: mine(v) for k, v in payload["algorithm"]["clients"].items()},
@@ -118,7 +119,7 @@ def _gather(setup: RankSetup, rows):
     if rows is None:
         return None
     if rows.dtype == torch.bool and rows.dim() == 2:   # masks travel and are saved eight columns a byte
-        packed = _gather(setup, checkpoint.pack_bits(rows))
+        packed = _gather(setup, pack_bits(rows))
         return None if packed is None else {"bits": packed, "width": rows.shape[1]}
     x = (rows.to(torch.uint8) if rows.dtype == torch.bool else rows).contiguous()
     if setup.world == 1:   # nothing to gather (and on a CPU no copy)

@@ -5,10 +5,11 @@ today's form.
 
 Each step says what changed, works on the whole payload as saved (rows of
 all n clients, in global client order; bool masks packed by
-:func:`fedclust.checkpoint.pack_bits`), and leaves a current checkpoint as
-it is.  (A config written before a key existed is read by
-:func:`fedclust.schema.absent_key_values`; neighbour lists of older run
-directories, bool ``[n, n]`` tables, by :func:`fedclust.lists.index_lists`.)
+:func:`fedclust.peers.pack_bits`), and leaves a current checkpoint as
+it is.  A config of an earlier version (a checkpoint's, a run directory's
+config.yaml) is read by :func:`config`.  (Neighbour lists of older run
+directories, bool ``[n, n]`` tables, are read by
+:func:`fedclust.lists.index_lists`.)
 """
 
 from __future__ import annotations
@@ -21,10 +22,24 @@ from fedclust.algorithms.fpfc import Fpfc, from_literal
 from fedclust.algorithms.panm import PANM
 from fedclust.algorithms.peer_counts import from_matrix
 from fedclust.algorithms.pens import PENS
-from fedclust.checkpoint import unpack_bits
 from fedclust.errors import ConfigError
 from fedclust.lists import index_lists
-from fedclust.peers import mask_indices
+from fedclust.peers import mask_indices, unpack_bits
+from fedclust.schema import RENAMED_KEYS, absent_key_values, flatten
+
+
+def config(saved: dict) -> dict:
+    """A config dict (as :func:`fedclust.schema.to_dict` writes it, of any
+    version) flattened to today's dotted keys: moved keys under their new
+    name (:data:`fedclust.schema.RENAMED_KEYS`), and every key it lacks read
+    as :func:`fedclust.schema.absent_key_values` says (its default, or how
+    runs behaved before it existed), so that a run of an earlier fedclust
+    resumes unless a key now asks for something else."""
+    flat = flatten(saved)
+    for old, new in RENAMED_KEYS.items():
+        if old in flat:
+            flat.setdefault(new, flat.pop(old))
+    return {**absent_key_values(), **flat}
 
 
 def checkpoint(payload: dict, algo: Algorithm) -> dict:

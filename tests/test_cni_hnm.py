@@ -363,7 +363,7 @@ def run(alg, ctx, rounds, n, P, clusters):
 
 def config(k=3, l=5, tau=1, T1=4, alpha=0.5):
     cfg = Config()
-    cfg.algorithm.k, cfg.algorithm.l, cfg.algorithm.tau, cfg.algorithm.alpha = k, l, tau, alpha
+    cfg.algorithm.k, cfg.algorithm.l, cfg.panm.tau, cfg.panm.alpha = k, l, tau, alpha
     cfg.stage1_rounds = T1
     return cfg
 
@@ -374,9 +374,12 @@ def test_factories_and_refusals():
     assert (grad.name, grad.gathers_before) == ("panm_grad", True)
     from fedclust.config import load_config
 
-    with pytest.raises(ConfigError) as exc:      # tau is a core key: checked with the others
-        load_config(None, ["algorithm.name=panm_loss", "algorithm.tau=0"])
-    assert exc.value.field == "algorithm.tau"
+    with pytest.raises(ConfigError) as exc:      # tau is PANM's key: checked with its section
+        load_config(None, ["algorithm.name=panm_loss", "panm.tau=0"])
+    assert exc.value.field == "panm.tau"
+    with pytest.raises(ConfigError) as exc:      # its old name says where it went
+        load_config(None, ["algorithm.name=panm_loss", "algorithm.tau=2"])
+    assert exc.value.field == "algorithm.tau" and "now panm.tau" in str(exc.value)
     for field, cfg in [("stage1_rounds", config(T1=0)),
                        ("algorithm.k", config(k=0)), ("algorithm.l", config(l=0))]:
         try:

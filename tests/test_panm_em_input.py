@@ -118,7 +118,7 @@ def run_panm_loss(em_input, rounds=2, em_variance="tied"):
     """T1 = 1, k = 4, l = 9 >= n - 1: CNI ranks everyone (list = the 4 same-cluster
     peers) and HNM samples all of N and all non-neighbours, so nothing is random."""
     cfg = Config()
-    cfg.algorithm.k, cfg.algorithm.l, cfg.algorithm.tau = K, N - 1, 1
+    cfg.algorithm.k, cfg.algorithm.l, cfg.panm.tau = K, N - 1, 1
     cfg.stage1_rounds = 1
     cfg.panm.em_input, cfg.panm.em_variance = em_input, em_variance
     alg = make_panm_loss(cfg)

@@ -139,7 +139,7 @@ RANDOM = {
     "algorithm.name": {"values": ["panm_grad", "panm_loss", "random"]},
     "algorithm.k": {"distribution": "int_uniform", "min": 2, "max": 6},
     "algorithm.l": {"min": 8, "max": 12},                                       # ints: int_uniform
-    "algorithm.alpha": {"min": 0.0, "max": 1.0},                                # floats: uniform
+    "panm.alpha": {"min": 0.0, "max": 1.0},                                     # floats: uniform
     "train.lr": {"distribution": "log_uniform_values", "min": 0.001, "max": 0.1},
     "train.lr_decay": {"distribution": "log_uniform", "min": -0.1, "max": 0.0},
     "train.local_epochs": {"distribution": "q_uniform", "min": 1, "max": 5, "q": 1},
@@ -153,7 +153,7 @@ RANDOM = {
 def test_random_draws_are_deterministic_in_range_and_typed(tmp_path):
     s = sweep.load_sweep(sweep_file(tmp_path, RANDOM))
     kinds = {p.name: p.distribution for p in s.parameters}
-    assert kinds["algorithm.l"] == "int_uniform" and kinds["algorithm.alpha"] == "uniform"
+    assert kinds["algorithm.l"] == "int_uniform" and kinds["panm.alpha"] == "uniform"
     draws = sweep.random_values(s, 200, seed=3)
     assert draws == sweep.random_values(s, 200, seed=3)
     assert draws != sweep.random_values(s, 200, seed=4)
@@ -163,7 +163,7 @@ def test_random_draws_are_deterministic_in_range_and_typed(tmp_path):
         assert v["algorithm.name"] in ("panm_grad", "panm_loss", "random")
         assert type(v["algorithm.k"]) is int and 2 <= v["algorithm.k"] <= 6
         assert type(v["algorithm.l"]) is int and 8 <= v["algorithm.l"] <= 12
-        assert type(v["algorithm.alpha"]) is float and 0.0 <= v["algorithm.alpha"] <= 1.0
+        assert type(v["panm.alpha"]) is float and 0.0 <= v["panm.alpha"] <= 1.0
         assert type(v["train.lr"]) is float and 0.001 <= v["train.lr"] <= 0.1
         assert type(v["train.lr_decay"]) is float and math.exp(-0.1) <= v["train.lr_decay"] <= 1.0
         assert type(v["train.local_epochs"]) is int and 1 <= v["train.local_epochs"] <= 5

@@ -24,6 +24,7 @@ from fedclust.algorithms.aggregation import gossip_view, own, own_mask
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
 from fedclust.peers import PeerIndex, peer_counts
+from fedclust.schema import check_choices
 
 
 def _no_memory() -> tuple[int, str]:
@@ -314,6 +315,7 @@ class Algorithm:
                               f"{cls.name} needs 1 <= stage1_rounds <= rounds ({cfg.rounds}): stage two starts "
                               "from stage one's neighbour list")
         for section in cls.sections:
+            check_choices(getattr(cfg, section), section + ".")
             getattr(cfg, section).validate(cfg)
 
     @classmethod

@@ -9,7 +9,9 @@ fedclust runs, its keys and why: docs/algorithms.md, "FPFC".
 from __future__ import annotations
 
 import sys
+import typing
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -19,7 +21,7 @@ from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, R
 from fedclust.algorithms.registry import register
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
-from fedclust.schema import finite, one_of, option
+from fedclust.schema import finite, option
 from fedclust.sizes import CHECKPOINT_BLOCK_BYTES
 
 # Pairs per chunk × P at most this (4 MB per float32 buffer, or one pair): on 2 CPU cores with 40 MLP clients a
@@ -29,13 +31,16 @@ CHUNK_ELEMENTS = 2**20
 
 # fpfc.mode: "paper" runs Algorithm 1 as the paper states it and enforces Theorem 1; "official" runs it as the
 # authors' code (github.com/xueyu-ubc/FPFC) does (docs/algorithms.md, FPFC, "As its official code runs it").
-MODES = ("paper", "official")
+FpfcMode = Literal["paper", "official"]
+MODES = typing.get_args(FpfcMode)
 # fpfc.evaluate: what a client holds and is evaluated with (docs/algorithms.md, FPFC).
-EVALUATE = ("cluster", "own", "own_then_cluster")
+FpfcEvaluate = Literal["cluster", "own", "own_then_cluster"]
+EVALUATE = typing.get_args(FpfcEvaluate)
 # fpfc.fuse: what the pairs fuse.  "all": the whole model (the paper; the official Synthetic code, whose model is
 # one layer).  "head": the model's last layer only, the body averaged over the round's participants (the official
 # LABELSWAP code for MNIST/FMNIST, FLAlgorithms/FPFC.py; docs/algorithms.md, FPFC).
-FUSE = ("all", "head")
+FpfcFuse = Literal["all", "head"]
+FUSE = typing.get_args(FpfcFuse)
 
 
 # ----------------------------------------------------------------------------
@@ -831,15 +836,15 @@ class FpfcConfig:
                               "paper Theorem 1)")
     nu: float = option(0.5, "||theta_ij|| <= nu puts i and j in one cluster, >= 0 (paper: in [xi, 0.5])")
     scale_to_model: bool = option(True, "read lam, xi and nu in units of round 1's mean update norm")
-    mode: str = option("paper", "paper: Algorithm 1 as the paper states it, Theorem 1 enforced; official: as the "
+    mode: FpfcMode = option("paper", "paper: Algorithm 1 as the paper states it, Theorem 1 enforced; official: as the "
                                 "authors' code runs it (Theorem 1 only warned about, pairs with both ends "
                                 "participating stepped twice, clusters read as its threshold(): equal lists of "
                                 "||theta_ij|| < nu)")
-    evaluate: str = option("cluster", "what a client holds and is evaluated with: cluster (its cluster's mean "
+    evaluate: FpfcEvaluate = option("cluster", "what a client holds and is evaluated with: cluster (its cluster's mean "
                                       "model), own (its own omega_i; the official MNIST/FMNIST code), "
                                       "own_then_cluster (own omega_i, its cluster's mean in the last round; the "
                                       "official Synthetic code)")
-    fuse: str = option("all", "what the pairs fuse: all (the whole model) or head (the model's last layer, with "
+    fuse: FpfcFuse = option("all", "what the pairs fuse: all (the whole model) or head (the model's last layer, with "
                               "the local proximal term on it alone; the body is the round's participants' plain "
                               "mean: the official MNIST/FMNIST code)")
     reset_theta: bool = option(False, "false: a pair neither of whose ends takes part in a round keeps its theta "
@@ -848,10 +853,6 @@ class FpfcConfig:
                                       "every round); matters only with participation < 1")
 
     def validate(self, cfg) -> None:
-        one_of("fpfc.mode", self.mode, set(MODES), "paper (Theorem 1 enforced) or official (as the authors' code)")
-        one_of("fpfc.evaluate", self.evaluate, set(EVALUATE), "the model a client holds and is evaluated with")
-        one_of("fpfc.fuse", self.fuse, set(FUSE), "all (the whole model) or head (its last layer, the body "
-                                                   "averaged over the participants)")
         if self.mode == "official":
             warning = check_official(self.lam, self.a, self.xi, self.rho)
             if warning:

@@ -9,6 +9,9 @@ What fedclust runs, its keys and its departures: docs/algorithms.md, "PANM".
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -22,28 +25,33 @@ from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import (PoolScores, client0_similarity, loss_em_input, pool_similarity,
                                             similarity_for)
 from fedclust.errors import ConfigError
-from fedclust.schema import one_of, option
+from fedclust.schema import at_least, option
 
-PANM_EM_INPUTS = ("neg_loss", "inverse")
-PANM_EM_VARIANCES = ("separate", "tied")
+EmInput = Literal["neg_loss", "inverse"]
+EmVariance = Literal["separate", "tied"]
+PANM_EM_INPUTS = typing.get_args(EmInput)
+PANM_EM_VARIANCES = typing.get_args(EmVariance)
 
 
 @dataclass
 class PanmConfig:
     """The ``panm`` section (both variants; why the defaults: docs/algorithms.md, PANM, departures 3-5)."""
 
-    em_input: str = option("neg_loss", "panm_loss: what HNM's EM runs on, neg_loss (-F, the default) or inverse "
+    tau: int = option(1, "HNM updates the neighbour list every tau rounds of stage two, >= 1")
+    alpha: float = option(0.5, "panm_grad: weight of the update cosine in CNI's similarity, in [0, 1] (PANM paper: "
+                               "0.5)")
+    em_input: EmInput = option("neg_loss", "panm_loss: what HNM's EM runs on, neg_loss (-F, the default) or inverse "
                                        "(1/F, the paper's text); panm_grad ignores it")
-    em_variance: str = option("separate", "HNM's two Gaussians: separate (one sigma each, PANM paper Eq. 15) or "
+    em_variance: EmVariance = option("separate", "HNM's two Gaussians: separate (one sigma each, PANM paper Eq. 15) or "
                                           "tied (one pooled sigma)")
     hnm_alpha: float = option(0.0, "panm_grad: weight of the update cosine in the similarity HNM's EM runs on, "
-                                   "in [0, 1] (CNI keeps algorithm.alpha)")
+                                   "in [0, 1] (CNI keeps panm.alpha)")
 
     def validate(self, cfg) -> None:
-        one_of("panm.em_input", self.em_input, PANM_EM_INPUTS, "what PANMLoss's HNM runs its EM on: neg_loss = -F, "
-               "the default; inverse = 1/F as PANM paper writes it")
-        one_of("panm.em_variance", self.em_variance, PANM_EM_VARIANCES, "the variances of HNM's two Gaussians: "
-               "one per component, or one pooled for both")
+        at_least("panm.tau", self.tau, 1, "PANM's HNM runs every tau rounds of stage two")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ConfigError("panm.alpha", self.alpha, "must lie in [0, 1]: PANMGrad's weight of the update cosine "
+                              "(PANM paper: 0.5)")
         if not 0.0 <= self.hnm_alpha <= 1.0:
             raise ConfigError("panm.hnm_alpha", self.hnm_alpha, "must lie in [0, 1]: the weight of the update "
                               "cosine in the similarity HNM's EM runs on (0, the default: the weight cosine alone; "
@@ -69,8 +77,8 @@ class PANM(PeerAlgorithm):
 
     k: int                 # algorithm.k: neighbours averaged with per round
     l: int                 # algorithm.l: candidates drawn per round
-    tau: int               # algorithm.tau: HNM every tau rounds of stage two
-    alpha: float           # algorithm.alpha: weight of the update cosine in CNI's similarity (panm_grad)
+    tau: int               # panm.tau: HNM every tau rounds of stage two
+    alpha: float           # panm.alpha: weight of the update cosine in CNI's similarity (panm_grad)
     stage1_rounds: int     # T1
     panm: PanmConfig = field(default_factory=PanmConfig)
 
@@ -82,7 +90,7 @@ class PANM(PeerAlgorithm):
     @classmethod
     def from_config(cls, cfg) -> "PANM":
         a = cfg.algorithm
-        return cls(a.k, a.l, a.tau, a.alpha, cfg.stage1_rounds, cfg.panm)
+        return cls(a.k, a.l, cfg.panm.tau, cfg.panm.alpha, cfg.stage1_rounds, cfg.panm)
 
     def init(self, ctx: Context) -> PanmState:
         C, n = len(ctx.client_ids), ctx.n

@@ -9,6 +9,9 @@ docs/algorithms.md, "PENS".
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -21,29 +24,27 @@ from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import client0_similarity, pool_similarity, similarity_for
 from fedclust.errors import ConfigError
 from fedclust.peers import PeerIndex
-from fedclust.schema import one_of, option
+from fedclust.schema import option
 
-PENS_COUNTS = ("reference", "selected", "drawn_and_selected")
-PENS_EMPTY_LISTS = ("last_topk", "alone")
+PensCount = Literal["reference", "selected", "drawn_and_selected"]
+PensEmptyList = Literal["last_topk", "alone"]
+PENS_COUNTS = typing.get_args(PensCount)
+PENS_EMPTY_LISTS = typing.get_args(PensEmptyList)
 
 
 @dataclass
 class PensConfig:
     """The ``pens`` section (what each value means and why: docs/algorithms.md, PENS)."""
 
-    count: str = option("reference", "what counts toward the fixed list: reference (top-k picks above "
+    count: PensCount = option("reference", "what counts toward the fixed list: reference (top-k picks above "
                                       "k*T1/(n-1) - 1), selected or drawn_and_selected (above ceil(T1*(l+k)/n))")
-    empty_list: str = option("last_topk", "what an empty fixed list becomes: last_topk (the last stage-one top "
+    empty_list: PensEmptyList = option("last_topk", "what an empty fixed list becomes: last_topk (the last stage-one top "
                                           "k) or alone (no peers, as the reference code)")
     stage2_neighbours: int = option(0, "peers drawn from the fixed list each stage-two round, in [0, clients - 1]; "
                                        "0: algorithm.k (the reference code: 20)")
 
     def validate(self, cfg) -> None:
         clients = cfg.clients
-        one_of("pens.count", self.count, PENS_COUNTS, "what counts toward PENS's threshold: reference = top-k "
-               "picks above k*T1/(n-1) - 1, the default; selected and drawn_and_selected use ceil(T1*(l+k)/n)")
-        one_of("pens.empty_list", self.empty_list, PENS_EMPTY_LISTS, "what an empty fixed list becomes: the last "
-               "stage-one top k, or no peers at all")
         if not 0 <= self.stage2_neighbours <= clients - 1:
             raise ConfigError("pens.stage2_neighbours", self.stage2_neighbours,
                               f"must lie in [0, clients - 1 = {clients - 1}]: peers drawn from the fixed list each "
