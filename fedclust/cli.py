@@ -106,6 +106,11 @@ def _check(args) -> int:
     from fedclust.config import dump, load_algorithms, load_config, read_yaml
 
     _config_or_override(args)
+    if args.reference:   # docs/config.md
+        from fedclust.config import reference_markdown
+
+        print(reference_markdown(), end="")
+        return 0
     if args.keys:   # the keys of every registered algorithm's section, plugins named in CONFIG/overrides included
         from fedclust.algorithms import registry
         from fedclust.schema import describe_keys
@@ -135,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("config", nargs="?", metavar="CONFIG", help="YAML config file (optional)")
     c.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. clients=200")
     c.add_argument("--keys", action="store_true", help="list every valid key with its default and meaning")
+    c.add_argument("--reference", action="store_true", help="print the config reference (docs/config.md) in Markdown")
     sub.add_parser("bench", help="time one round of local training (see fedclust bench --help)", add_help=False)
     sub.add_parser("bench-rounds", help="whole-round time of algorithms side by side (see fedclust bench-rounds --help)",
                    add_help=False)

@@ -113,3 +113,46 @@ def check_exchange(cfg: Config, algorithm) -> None:
         raise ConfigError("exchange_mb", cfg.exchange_mb,
                           f"a column block of {cfg.clients} clients' models needs {need:.3g} MiB on each of the "
                           f"{world} processes; raise exchange_mb to at least that, or 0 to gather all at once")
+
+
+REFERENCE_COMMAND = "fedclust check --reference > docs/config.md"
+
+
+def reference_markdown() -> str:
+    """docs/config.md: every key of the core sections and of each built-in
+    algorithm's section, from the schema's declarations (type or choices,
+    default, meaning, whether a continued run may change it), so that the
+    reference cannot drift from the code (tests/test_docs.py)."""
+    from fedclust.schema import SECTIONS, key_records
+
+    registry.load_builtin()
+
+    def table(rows: list[dict]) -> list[str]:
+        out = ["| key | default | values | meaning |", "| --- | --- | --- | --- |"]
+        for r in rows:
+            values = ", ".join(f"`{c}`" if c else '`""`' for c in r["choices"]) if r["choices"] else r["type"]
+            meaning = (r["doc"] or r["help"]).replace("|", "\\|")
+            if r["resumable"]:
+                meaning += " *(may change when a run continues)*"
+            out.append(f"| `{r['key']}` | `{r['default']}` | {values} | {meaning} |")
+        return out
+
+    lines = ["# Config reference", "",
+             f"Generated from the config schema (`{REFERENCE_COMMAND}`); `tests/test_docs.py` checks that it is",
+             "current. Every key, its default, the values it takes and its meaning; `fedclust check --keys` prints",
+             "the same keys with one-line meanings (and a plugin's, given `plugins=`). A config sets them in a YAML",
+             "file or as `KEY=VALUE` overrides ([Running](running.md)). Ranges are checked before anything runs;",
+             "an algorithm's section is checked when that algorithm runs. Keys marked *may change when a run",
+             "continues* are the run length and output keys: any other key must keep its checkpoint's value",
+             "([Runs that survive](running.md#runs-that-survive-checkpoints-and-resume)).", "",
+             "## Core keys", ""]
+    lines += table(key_records(Config))
+    readers: dict[str, list[str]] = {}
+    for cls in registry.classes():
+        if cls.__module__.startswith("fedclust.algorithms."):
+            for section in cls.sections:
+                readers.setdefault(section, []).append(cls.name)
+    for section in sorted(readers):
+        lines += ["", f"## `{section}`", "", f"Read by {', '.join(f'`{n}`' for n in sorted(readers[section]))}.", ""]
+        lines += table(key_records(SECTIONS[section], section + "."))
+    return "\n".join(lines) + "\n"

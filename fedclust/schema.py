@@ -25,16 +25,19 @@ from fedclust.errors import ConfigError
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,
-           resumable: bool = False) -> Any:
+           resumable: bool = False, doc: str = "") -> Any:
     """A config field with its default (or ``factory`` for a list) and its
     one-line meaning, the text ``fedclust check --keys`` prints.
     ``resumable``: the key may change when a run continues from a checkpoint
     (run length and outputs: it changes no result of the rounds already
-    run); any other key must keep the checkpoint's value.  A field whose
+    run); any other key must keep the checkpoint's value.  ``doc``: the
+    fuller meaning the config reference (docs/config.md, generated) gives
+    instead of ``help`` (Markdown, links relative to docs/).  A field whose
     type is a ``Literal`` takes one of its values (:func:`check_choices`)."""
     if not help:
         raise ValueError("every config key needs a one-line meaning (help=...)")
-    return field(default=default, default_factory=factory, metadata={"help": help, "resumable": resumable})
+    return field(default=default, default_factory=factory,
+                 metadata={"help": help, "resumable": resumable, "doc": doc})
 
 
 # Seeds key counter-based draws by their low 32 bits (fedclust.rng hashes seed * an odd constant mod 2**32),
@@ -55,45 +58,75 @@ PRECISIONS = typing.get_args(Precision)
 
 @dataclass
 class AlgorithmConfig:
-    name: str = option("local", "the algorithm, by name (listed below; docs/algorithms.md; plugins add more)")
-    k: int = option(5, "neighbours a peer-to-peer client averages with per round")
-    l: int = option(10, "candidates drawn per round (PANM, PENS); at least k")   # noqa: E741 (the papers' l)
+    name: str = option("local", "the algorithm, by name (listed below; docs/algorithms.md; plugins add more)",
+        doc=("see the tables in [What fedclust does](what-it-does.md) (`fedclust check --keys` lists the "
+            "registered names)"))
+    k: int = option(5, "neighbours a peer-to-peer client averages with per round",
+        doc=("neighbours averaged with per round (peer-to-peer methods), at most `clients − 1`"))
+    l: int = option(10, "candidates drawn per round (PANM, PENS); at least k",
+        doc=("candidates drawn per round (PANM, PENS), at most `clients − 1`; at least `k`, since they "
+            "keep the top `k` of the `l` drawn (with fewer, round 1 gives only `l` neighbours)"))   # noqa: E741 (the papers' l)
 
 
 @dataclass
 class DataConfig:
     name: str = option("fmnist", "data set: mnist, fmnist, cifar10, synthetic, npz (your arrays, data.path), "
-                                 "torchvision:NAME (e.g. torchvision:KMNIST), or a plugin's")
+                                 "torchvision:NAME (e.g. torchvision:KMNIST), or a plugin's",
+        doc=("`mnist`, `fmnist`, `cifar10`, `synthetic`, `npz` (your arrays in `data.path`), "
+            "`torchvision:NAME` (e.g. `torchvision:KMNIST`), or a plug-in's; see [Your own data "
+            "set](own-model-and-data.md#your-own-data-set)"))
     root: str = option("data", "folder of the data sets (torchvision layout, or the four Fashion-MNIST IDX files)")
     clusters: ClusterKind = option("rotation", "what sets image clusters apart: rotation or label_swap (synthetic: each "
-                                       "cluster's own (W, b))")
-    num_clusters: int = option(2, "latent clusters: 2 or 4 (rotation, label_swap); any >= 1 for synthetic")
-    train_size: int = option(200, "training samples per client (class-balanced)")
-    test_size: int = option(100, "test samples per client")
+                                       "cluster's own (W, b))",
+        doc=("`rotation` or `label_swap` (Synthetic: each cluster has its own (W, b))"))
+    num_clusters: int = option(2, "latent clusters: 2 or 4 (rotation, label_swap); any >= 1 for synthetic",
+        doc=("2 or 4 (`rotation`, `label_swap`); any `>= 1` for `synthetic`; a file of your own clients: "
+            "the number of clusters in its `cluster` array"))
+    train_size: int = option(200, "training samples per client (class-balanced)",
+        doc=("training samples per client (class-balanced), `>= 1`; ignored by a file of your own "
+            "clients"))
+    test_size: int = option(100, "test samples per client",
+        doc=("test samples per client, `>= 1`; ignored by a file of your own clients"))
     share_images: bool = option(False, "allow one image on several clients (runs of thousands of clients)")
     download: bool = option(True, "let torchvision download a missing data set")
     path: str = option("", "data.name=npz: a .npz (or torch .pt) file of named arrays: x_train, y_train, x_test, "
                            "y_test (a pool split over clients like fmnist), plus client_train, client_test (each "
                            "example's client: naturally federated; data.train_size/test_size are then ignored) "
                            "and optionally cluster, num_classes; inputs normalized by x_train's per-channel "
-                           "mean and std (docs/algorithms.md)")
+                           "mean and std (docs/algorithms.md)",
+        doc=("`data.name=npz`: your `.npz` (or torch `.pt`) file of named arrays, a pool (`x_train`, "
+            "`y_train`, `x_test`, `y_test`) or your own clients (plus `client_train`, `client_test`, "
+            "optionally `cluster`); see [Your own data set](own-model-and-data.md#your-own-data-set)"))
     synthetic_alpha: float = option(1.0, "Synthetic(alpha, beta) of FedProx: alpha >= 0, std of each cluster's "
                                          "model mean u_k")
     synthetic_beta: float = option(1.0, "Synthetic(alpha, beta): beta >= 0, std of each client's input mean B_i")
     synthetic_dim: int = option(60, "Synthetic: input dimension")
     synthetic_inputs: SyntheticInputs = option("client", "Synthetic inputs: client (around each client's own mean, FedProx) "
-                                             "or shared (all around one mean)")
+                                             "or shared (all around one mean)",
+        doc=("`client`: each client's inputs around its own mean v_i (FedProx's generator); `shared`: "
+            "every client's around one mean v_0, so only the cluster's (W, b) tells clients apart. "
+            "Every client has `train_size` samples: FedProx's lognormal(4, 2) + 50 sizes are not "
+            "offered by the generator (clients of unequal sizes come from a file of your own clients, "
+            "`data.name=npz`)"))
 
 
 @dataclass
 class TrainConfig:
-    lr: float = option(0.08, "SGD learning rate of round 1, > 0")
-    lr_decay: float = option(0.99, "lr of round t is lr * lr_decay^(t-1); in (0, 1]")
+    lr: float = option(0.08, "SGD learning rate of round 1, > 0",
+        doc=("learning rate of round 1, a finite number `> 0`"))
+    lr_decay: float = option(0.99, "lr of round t is lr * lr_decay^(t-1); in (0, 1]",
+        doc=("lr of round t is `lr * lr_decay^(t-1)`; in (0, 1] (1: constant)"))
     lr_decay_every: int = option(1, "decay the lr once every this many rounds, >= 1: lr of round t is "
-                                    "lr * lr_decay^floor((t-1)/lr_decay_every) (1: every round)")
-    momentum: float = option(0.9, "SGD momentum in [0, 1), buffer reset every round")
-    batch_size: int = option(128, "local minibatch size")
-    local_epochs: int = option(3, "local epochs over the client's training set per round")
+                                    "lr * lr_decay^floor((t-1)/lr_decay_every) (1: every round)",
+        doc=("the lr decays once every this many rounds (`>= 1`): lr of round t is `lr * "
+            "lr_decay^floor((t-1)/lr_decay_every)`; 1 is `lr_decay^(t-1)` (FPFC's official code: 0.9 "
+            "every 5 rounds)"))
+    momentum: float = option(0.9, "SGD momentum in [0, 1), buffer reset every round",
+        doc=("SGD momentum in [0, 1) (buffer reset every round)"))
+    batch_size: int = option(128, "local minibatch size",
+        doc=("local minibatch size, `>= 1`"))
+    local_epochs: int = option(3, "local epochs over the client's training set per round",
+        doc=("local epochs per round, `>= 1`"))
 
     def round_lr(self, t: int) -> float:
         """The lr of round t (1-based): ``lr · lr_decay^⌊(t − 1)/lr_decay_every⌋``
@@ -147,49 +180,98 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
-    participation: float = option(1.0, "share of clients taking part each round (centralized methods), in (0, 1]")
+    participation: float = option(1.0, "share of clients taking part each round (centralized methods), in (0, 1]",
+        doc=("share of clients taking part each round (centralized methods), in (0, 1]; only they train, "
+            "and `train_loss` is their mean"))
     model: str = option("auto", "logreg, mlp (784-200-200-10), cnn (CIFAR-10), or your own: FILE.py:NAME or "
                                 "package.module:NAME, NAME(input_shape, num_classes) returning an nn.Module; auto: "
-                                "the data set's default")
+                                "the data set's default",
+        doc=("`logreg` (multinomial logistic regression, FedProx's and FPFC's Synthetic model), `mlp` "
+            "(784-200-200-10), `cnn` (CIFAR-10), or your own: `FILE.py:NAME` or `package.module:NAME` "
+            "(see [Your own model](own-model-and-data.md#your-own-model)); `auto` picks the data set's "
+            "model: `logreg` for `synthetic`, `cnn` for `cifar10`, `mlp` otherwise"))
     engine: Engine = option("auto", "how a model trains all clients: batched (torch.func.vmap; the built-ins' "
                                  "hand-written paths), loop (one client after another), auto (batched, except "
-                                 "convolutions on a CPU or a model vmap cannot batch)")
+                                 "convolutions on a CPU or a model vmap cannot batch)",
+        doc=("how the model trains all of a process's clients: `batched` (`torch.func.vmap`; the "
+            "built-ins keep their hand-written paths), `loop` (one client after another), `auto` "
+            "(batched, except a model with convolutions on a CPU or one `vmap` cannot batch: loop)"))
     precision: Precision = option("default", "matrix products and convolutions on an NVIDIA GPU: default (PyTorch's: "
                                        "convolutions in TF32, products in float32), fp32 (IEEE float32 throughout) "
                                        "or tf32 (both on TF32 tensor cores, fastest); a CPU computes float32 "
-                                       "under each")
+                                       "under each",
+        doc=("the arithmetic of matrix products and convolutions on an NVIDIA GPU: `default` (PyTorch's: "
+            "convolutions on TF32 tensor cores from Ampere on, products in IEEE float32), `fp32` (IEEE "
+            "float32 throughout) or `tf32` (both in TF32: 10-bit mantissa products, float32 sums; the "
+            "batched MLP's products run on tensor cores). Each run sets both flags for its process. A "
+            "CPU computes float32 under each (a run there with `fp32` or `tf32` says it changes "
+            "nothing)"))
     exchange_mb: float = option(0.0, "the most MiB a process spends receiving the round's models, "
                                      "gathered in column blocks (0: all at once, the fastest; "
                                      "for the algorithms that read no whole peer model: random, fixtopology, "
-                                     "oracle, local, panm_grad, fedavg, fedprox, ifca)")
-    clients: int = option(100, "number of clients n, at least 2")
+                                     "oracle, local, panm_grad, fedavg, fedprox, ifca)",
+        doc=("the most MiB a process spends receiving the round's models: gathered in column blocks, one "
+            "all-gather per block (0: all at once, the fastest); for `random`, `fixtopology`, `oracle`, "
+            "`local`, `panm_grad`, `fedavg`, `fedprox` and `ifca`, the others are refused; see [Scale: "
+            "thousands of clients](speed-and-scale.md#scale-thousands-of-clients)"))
+    clients: int = option(100, "number of clients n, at least 2",
+        doc=("number of clients `n`, `>= 2` (and at least `data.num_clusters`)"))
     rounds: int = option(300, "total rounds (stage one + stage two); a run continued from its checkpoint may "
-                              "run more, never fewer", resumable=True)
-    stage1_rounds: int = option(100, "rounds of stage one, T1 (PANM, PENS: 1 <= T1 <= rounds)")
-    seed: int = option(0, "seed of every draw (data split, init, candidates, batches), 0 <= seed < 2^32")
+                              "run more, never fewer", resumable=True,
+        doc=("total rounds (stage one + stage two), `>= 1`"))
+    stage1_rounds: int = option(100, "rounds of stage one, T1 (PANM, PENS: 1 <= T1 <= rounds)",
+        doc=("rounds of stage one (T1), `>= 0`; PANM and PENS need `1 <= T1 <= rounds`"))
+    seed: int = option(0, "seed of every draw (data split, init, candidates, batches), 0 <= seed < 2^32",
+        doc=("seed of every draw (data split, initial model, candidates, batches); `0 <= seed < 2^32`, "
+            "since the draws are keyed on the seed's low 32 bits and a larger seed would repeat a "
+            "smaller one's"))
     out: str = option("", "run directory; empty: runs/<algorithm>-<data>-s<seed>-<time>; a run there is continued "
-                          "from its newest checkpoint", resumable=True)
+                          "from its newest checkpoint", resumable=True,
+        doc=("run directory; running again into it continues from its newest checkpoint; a run there "
+            "that this config cannot continue is refused unless `overwrite=true`"))
     label: str = option("", "the run's name in fedclust report tables and W&B; empty: algorithm.name",
-                        resumable=True)
-    device: Device = option("auto", "auto (cuda if visible, else cpu), cpu or cuda")
-    eval_every: int = option(1, "evaluate every this many rounds (and the last)", resumable=True)
+                        resumable=True,
+        doc=("the run's name in `summary.json` and in `fedclust report` tables (variants of one "
+            "algorithm)"))
+    device: Device = option("auto", "auto (cuda if visible, else cpu), cpu or cuda",
+        doc=("`auto` (`cuda` if visible, else `cpu`), `cpu`, `cuda`"))
+    eval_every: int = option(1, "evaluate every this many rounds (and the last)", resumable=True,
+        doc=("evaluate every this many rounds (and the last), `>= 1`"))
     progress: bool = option(True, "progress on rank 0: a bar on a terminal, else a line every 10 rounds or 60 s",
-                            resumable=True)
-    figures: bool = option(True, "write PNG figures into the run directory at the end", resumable=True)
+                            resumable=True,
+        doc=("progress on rank 0: a bar on a terminal; where stderr is not a terminal (Slurm logs, "
+            "`nohup`), one plain line every 10 rounds or 60 s and at the end (round, accuracy, s/round, "
+            "ETA)"))
+    figures: bool = option(True, "write PNG figures into the run directory at the end", resumable=True,
+        doc=("write PNG figures into the run directory"))
     plugins: list = option(help="modules or .py files imported first; they register more algorithms",
-                           factory=list, resumable=True)
+                           factory=list, resumable=True,
+        doc=("modules or `.py` files to import first; they register more algorithms and their config "
+            "sections (see [Adding an algorithm](adding-an-algorithm.md))"))
     checkpoint_every: int = option(0, "rounds between checkpoints; 0: by the clock (5 min or 50x a checkpoint's "
-                                      "cost); always at the end and on SIGUSR1/SIGTERM", resumable=True)
+                                      "cost); always at the end and on SIGUSR1/SIGTERM", resumable=True,
+        doc=("rounds between checkpoints, `>= 0`; 0: by the clock, every 5 minutes or 50x the last "
+            "checkpoint's cost, whichever is longer (so checkpoints take at most 2% of the run and a "
+            "kill loses at most a few minutes); always at the end and on SIGUSR1/SIGTERM"))
     resume: ResumeMode = option(
         "auto", "auto: continue from out's newest checkpoint if any; never: refuse a directory holding a run; "
-        "require: error without a checkpoint", resumable=True)
+        "require: error without a checkpoint", resumable=True,
+        doc=("`auto`: a run directory with checkpoints is continued from the newest; `never`: start "
+            "afresh, refusing a directory that holds a run unless `overwrite=true`; `require`: error if "
+            "there is no checkpoint"))
     overwrite: bool = option(False, "true: a run in out that this config cannot continue is replaced, not "
-                                    "refused (a checkpoint of this same config is still resumed)", resumable=True)
+                                    "refused (a checkpoint of this same config is still resumed)", resumable=True,
+        doc=("`true`: a run in `out` that this config cannot continue is replaced instead of refused (a "
+            "checkpoint of this same config is still resumed)"))
     collective_timeout: float = option(600.0, "seconds a rank waits for the others in a collective before the "
-                                              "run stops", resumable=True)
+                                              "run stops", resumable=True,
+        doc=("seconds (finite, `> 0`) a rank waits for the others in a collective before the run stops "
+            "with an error naming the rank and the round"))
     startup_timeout: float = option(180.0, "seconds the processes of a run of several wait for each other to "
                                            "start (a rank that died or hangs in start-up is named after this)",
-                                    resumable=True)
+                                    resumable=True,
+        doc=("seconds (finite, `> 0`) the processes of a run of several wait for each other to start; a "
+            "rank that died or hangs before the process group forms is named after it"))
     # sections of the registered algorithms (pens, panm, fedprox, ...), reached as cfg.<name>
     sections: dict = field(default_factory=_default_sections, repr=False)
 
@@ -264,6 +346,26 @@ def describe_keys() -> list[tuple[str, str, str]]:
     rows = _described(Config)
     for name, cls in SECTIONS.items():
         rows += _described(cls, name + ".")
+    return rows
+
+
+def key_records(cls, prefix: str = "") -> list[dict]:
+    """Every key of a config dataclass, each as ``{key, default, type, choices, help, doc, resumable}`` (the
+    config reference's rows, :func:`fedclust.config.reference_markdown`)."""
+    rows = []
+    types = _field_types(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in types:
+            continue
+        tp, path = types[f.name], f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp):
+            rows += key_records(tp, path + ".")
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        rows.append({"key": path, "default": _format_default(default), "choices": choices(tp),
+                     "type": "choice" if choices(tp) is not None else getattr(tp, "__name__", str(tp)),
+                     "help": str(f.metadata.get("help", "")).strip(), "doc": str(f.metadata.get("doc", "")).strip(),
+                     "resumable": bool(f.metadata.get("resumable"))})
     return rows
 
 

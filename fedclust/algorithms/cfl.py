@@ -253,13 +253,20 @@ class CflConfig:
     eps1: float = option(DEFAULT_EPS1, "a cluster splits when its mean update norm is below eps1 (> 0) ...")
     eps2: float = option(DEFAULT_EPS2, "... and some client's update norm is above eps2 (> eps1)")
     gamma_max: float = option(DEFAULT_GAMMA_MAX, "a split is kept only if gamma_max < sqrt((1 - max cross-half "
-                                                 "cosine)/2); in [0, 1), 0: the norm test alone")
-    warmup: int = option(20, "rounds before the first split is considered, below rounds (CFL reference code: 20)")
+                                                 "cosine)/2); in [0, 1), 0: the norm test alone",
+        doc=("a CFL split is kept only if `gamma_max < sqrt((1 − max cross-half cosine)/2)`; in [0, 1), "
+            "0: the norm test alone"))
+    warmup: int = option(20, "rounds before the first split is considered, below rounds (CFL reference code: 20)",
+        doc=("rounds before CFL's first split is considered, `>= 0` and below `rounds` (CFL reference "
+            "code: 20)"))
     scale_to_model: bool = option(True, "read eps1 and eps2 in units of the round-1 mean update norm / 3.2 (the "
-                                        "reference's)")
+                                        "reference's)",
+        doc=("read `eps1`, `eps2` in units of the round-1 mean update norm / 3.2 (the reference code's)"))
     validation: float = option(DEFAULT_VALIDATION, "share of each client's training images held out (never trained "
                                                    "on) to pick its best model of its lineage, in [0, 1) (reference "
-                                                   "code: 0.2); 0: none, accuracy_best_of_lineage is null")
+                                                   "code: 0.2); 0: none, accuracy_best_of_lineage is null",
+        doc=("share of each client's training images held out (never trained on) to pick its best model "
+            "of its lineage; 0: none"))
 
     def validate(self, cfg) -> None:
         check_thresholds(self.eps1, self.eps2)

@@ -16,7 +16,8 @@ class FedProxConfig:
     """The ``fedprox`` section (also FedGrouProx's μ: FedGroup paper, "μ as recommended by FedProx")."""
 
     # Li et al. tune it over {0.001, 0.01, 0.1, 1} per data set and name no single default.
-    mu: float = option(0.01, "FedProx's proximal weight mu >= 0 (0: FedAvg); also FedGrouProx's")
+    mu: float = option(0.01, "FedProx's proximal weight mu >= 0 (0: FedAvg); also FedGrouProx's",
+        doc=("FedProx's proximal weight, finite `>= 0` (0: FedAvg); also FedGrouProx's"))
 
     def validate(self, cfg) -> None:
         finite("fedprox.mu", self.mu, "the proximal weight must be a finite number >= 0 "

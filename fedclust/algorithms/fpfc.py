@@ -839,18 +839,37 @@ class FpfcConfig:
     mode: FpfcMode = option("paper", "paper: Algorithm 1 as the paper states it, Theorem 1 enforced; official: as the "
                                 "authors' code runs it (Theorem 1 only warned about, pairs with both ends "
                                 "participating stepped twice, clusters read as its threshold(): equal lists of "
-                                "||theta_ij|| < nu)")
+                                "||theta_ij|| < nu)",
+        doc=("`paper`: Algorithm 1 as the paper states it, Theorem 1's `rho > max(2·lam/xi, 2/(a−1))` "
+            "required; `official`: as the authors' code (`xueyu-ubc/FPFC`) runs it: a breach of Theorem "
+            "1 is a printed warning naming the values (the code runs `rho = 1` where the bound is "
+            "1200), `rho·(a−1) > 1` is still required, a pair of two participants is stepped twice in a "
+            "round, and clusters are read as the code's `threshold()` (distinct lists of `‖θ_ij‖ < nu`)"))
     evaluate: FpfcEvaluate = option("cluster", "what a client holds and is evaluated with: cluster (its cluster's mean "
                                       "model), own (its own omega_i; the official MNIST/FMNIST code), "
                                       "own_then_cluster (own omega_i, its cluster's mean in the last round; the "
-                                      "official Synthetic code)")
+                                      "official Synthetic code)",
+        doc=("what an FPFC client holds and is evaluated with: `cluster` (its cluster's mean model), "
+            "`own` (its own `ω_i`; the code's MNIST/FMNIST runs), `own_then_cluster` (its own `ω_i`, "
+            "and its cluster's mean in the last round; the code's Synthetic run). Training is the same "
+            "under all three"))
     fuse: FpfcFuse = option("all", "what the pairs fuse: all (the whole model) or head (the model's last layer, with "
                               "the local proximal term on it alone; the body is the round's participants' plain "
-                              "mean: the official MNIST/FMNIST code)")
+                              "mean: the official MNIST/FMNIST code)",
+        doc=("what FPFC's pairs fuse: `all`, the whole model; `head`, the model's last layer only (its "
+            "tensors as the flat layout lists them, e.g. the MLP's `fc3.weight`, `fc3.bias`; refused "
+            "for a model whose last tensor belongs to no submodule), which alone carries the local "
+            "proximal term, while the body is the plain mean of the round's participants, handed to "
+            "them only: as the official MNIST/FMNIST code (`configs/fpfc_official_fmnist.yaml`); θ and "
+            "ζ then cover only the head's columns"))
     reset_theta: bool = option(False, "false: a pair neither of whose ends takes part in a round keeps its theta "
                                       "(Algorithm 1); true: it reads theta = 0, its v kept, until it is stepped "
                                       "again (the official MNIST/FMNIST code's server makes a fresh zero theta "
-                                      "every round); matters only with participation < 1")
+                                      "every round); matters only with participation < 1",
+        doc=("`false`: a pair of FPFC clients neither of which takes part in a round keeps its θ "
+            "(Algorithm 1); `true`: it reads θ = 0 in ζ and in the clusters, its v kept, until a round "
+            "steps it again, as the official MNIST/FMNIST server, which makes a fresh zero θ every "
+            "round (`configs/fpfc_official_fmnist.yaml`). Matters only with `participation` below 1"))
 
     def validate(self, cfg) -> None:
         if self.mode == "official":

@@ -127,7 +127,9 @@ class IfcaConfig:
     """The ``ifca`` section."""
 
     clusters: int = option(2, "c, the number of cluster models, in [1, clients] (PANM paper Table 5: the true "
-                              "number of clusters)")
+                              "number of clusters)",
+        doc=("IFCA's number of cluster models, in [1, `clients`] (PANM paper Table 5: the true number of "
+            "clusters)"))
     # restarts tried one after the other, the lowest IFCA objective goes on (docs/algorithms.md, IFCA)
     restarts: int = option(3, "initialisations tried one after the other; the lowest IFCA objective goes on (1: "
                               "a single one)")

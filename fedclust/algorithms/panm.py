@@ -37,15 +37,29 @@ PANM_EM_VARIANCES = typing.get_args(EmVariance)
 class PanmConfig:
     """The ``panm`` section (both variants; why the defaults: docs/algorithms.md, PANM, departures 3-5)."""
 
-    tau: int = option(1, "HNM updates the neighbour list every tau rounds of stage two, >= 1")
+    tau: int = option(1, "HNM updates the neighbour list every tau rounds of stage two, >= 1",
+        doc=("HNM runs every `tau` rounds of stage two, `>= 1`"))
     alpha: float = option(0.5, "panm_grad: weight of the update cosine in CNI's similarity, in [0, 1] (PANM paper: "
-                               "0.5)")
+                               "0.5)",
+        doc=("PANMGrad's weight of the update cosine in CNI's similarity, in [0, 1]"))
     em_input: EmInput = option("neg_loss", "panm_loss: what HNM's EM runs on, neg_loss (-F, the default) or inverse "
-                                       "(1/F, the paper's text); panm_grad ignores it")
+                                       "(1/F, the paper's text); panm_grad ignores it",
+        doc=("what PANMLoss's HNM runs its EM on: `neg_loss` (`y = -F_i(w_j)`, docs/algorithms.md: on "
+            "`1/F` the same-cluster values spread so widely that EM splits them and lists collapse) or "
+            "`inverse` (`y = 1/F_i(w_j)`, PANM paper's literal text); CNI ranks by `1/F` under either "
+            "(same order); `panm_grad` ignores it"))
     em_variance: EmVariance = option("separate", "HNM's two Gaussians: separate (one sigma each, PANM paper Eq. 15) or "
-                                          "tied (one pooled sigma)")
+                                          "tied (one pooled sigma)",
+        doc=("the variances of HNM's two Gaussians: `separate` (one per component, the PANM paper's Eq. "
+            "15) or `tied` (one pooled within-component variance: one threshold between the means; it "
+            "merges PANMLoss's clusters on 4 rotations, see `docs/algorithms.md`)"))
     hnm_alpha: float = option(0.0, "panm_grad: weight of the update cosine in the similarity HNM's EM runs on, "
-                                   "in [0, 1] (CNI keeps panm.alpha)")
+                                   "in [0, 1] (CNI keeps panm.alpha)",
+        doc=("PANMGrad: the weight of the update cosine in the similarity HNM's EM runs on in stage two, "
+            "in [0, 1] (CNI keeps `panm.alpha`). 0: the weight cosine alone. In stage two the update "
+            "cosine carries no cluster signal, only noise that grows as the learning rate decays, and "
+            "with the paper's 0.5 in both stages PANMGrad's 4 clusters merge after round 170; "
+            "`docs/algorithms.md` (PANM, departure 4) has the mechanism and the numbers"))
 
     def validate(self, cfg) -> None:
         at_least("panm.tau", self.tau, 1, "PANM's HNM runs every tau rounds of stage two")

@@ -37,11 +37,18 @@ class PensConfig:
     """The ``pens`` section (what each value means and why: docs/algorithms.md, PENS)."""
 
     count: PensCount = option("reference", "what counts toward the fixed list: reference (top-k picks above "
-                                      "k*T1/(n-1) - 1), selected or drawn_and_selected (above ceil(T1*(l+k)/n))")
+                                      "k*T1/(n-1) - 1), selected or drawn_and_selected (above ceil(T1*(l+k)/n))",
+        doc=("what counts toward PENS's fixed list: `reference` (top-`k` picks above `k·T1/(n−1) − 1`, "
+            "as the PENS reference code), `selected` (picks above `ceil(T1·(l+k)/n)`, PANM paper's "
+            "text) or `drawn_and_selected` (draws plus picks above `ceil(T1·(l+k)/n)`)"))
     empty_list: PensEmptyList = option("last_topk", "what an empty fixed list becomes: last_topk (the last stage-one top "
-                                          "k) or alone (no peers, as the reference code)")
+                                          "k) or alone (no peers, as the reference code)",
+        doc=("what an empty PENS list becomes: the last stage-one top-`k`, or `alone` (no peers, as the "
+            "reference code)"))
     stage2_neighbours: int = option(0, "peers drawn from the fixed list each stage-two round, in [0, clients - 1]; "
-                                       "0: algorithm.k (the reference code: 20)")
+                                       "0: algorithm.k (the reference code: 20)",
+        doc=("peers PENS draws from its list each stage-two round, in [0, `clients − 1`]; 0 means "
+            "`algorithm.k` (the reference code: 20)"))
 
     def validate(self, cfg) -> None:
         clients = cfg.clients
