@@ -23,8 +23,8 @@ from fedclust.importing import import_target
 from fedclust.models import check_input, initial_weights, is_user_model, make_net, model_spec
 from fedclust.models.registry import aliases as model_aliases, names as model_names
 from fedclust.schema import (SECTIONS, AlgorithmConfig, Config, DataConfig, TrainConfig, WandbConfig,  # noqa: F401
-                             dump, one_of, parse, parse_override, read_yaml, set_key, to_dict, valid_keys,
-                             validate_core)
+                             dump, key_records, one_of, parse, parse_override, read_yaml, set_key, to_dict,
+                             valid_keys, validate_core)
 
 
 def load_plugin(spec: str) -> None:
@@ -123,8 +123,6 @@ def reference_markdown() -> str:
     algorithm's section, from the schema's declarations (type or choices,
     default, meaning, whether a continued run may change it), so that the
     reference cannot drift from the code (tests/test_docs.py)."""
-    from fedclust.schema import SECTIONS, key_records
-
     registry.load_builtin()
 
     def table(rows: list[dict]) -> list[str]:
