@@ -1,5 +1,5 @@
 """The CNN of FPFC's official MNIST/FMNIST code (xueyu-ubc/FPFC, LABELSWAP/FLAlgorithms/trainmodel/models.py),
-as a fedclust model of your own: model=bench/fpfc_official_convnet.py:ConvNet.
+as a fedclust model of your own: model=experiments/fpfc_official_convnet.py:ConvNet.
 
 Conv(1->6, 5, padding 2), ReLU, MaxPool 2, Conv(6->16, 5), ReLU, MaxPool 2, Flatten, Linear(400 -> classes):
 28 -> 28 -> 14 -> 10 -> 5, so the head `fc1` has 16*5*5 = 400 inputs, the code's `dimension`. `fpfc.fuse=head`

@@ -12,9 +12,9 @@ once draws, in order, the training permutation, the training shares, the test pe
 `np.random.seed(seed)` and the code's calls do; the code's generator has no entry point, so the seed it ran with is
 unknown (its main.py defaults to 123).
 
-Usage: python bench/fpfc_official_fmnist_data.py OUT.npz [seed] [devices] [clusters]; then
+Usage: python experiments/fpfc_official_fmnist_data.py OUT.npz [seed] [devices] [clusters]; then
 fedclust run configs/fpfc_official_fmnist.yaml data.name=npz data.path=OUT.npz \
-    model=bench/fpfc_official_convnet.py:ConvNet
+    model=experiments/fpfc_official_convnet.py:ConvNet
 """
 from __future__ import annotations
 

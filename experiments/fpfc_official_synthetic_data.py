@@ -2,7 +2,7 @@
 rewritten, as a fedclust npz file in the natural form (data.name=npz data.path=FILE): m devices in K clusters
 (contiguous blocks), per cluster u ~ N(0, 1), W ~ N(u, 1) [classes, dim], b ~ N(u, 1) [classes]; device i has
 (lognormal(4, 2) + 50)*5 samples (int), x ~ U[0, 1)^dim, y = argmax(W x + b + N(0, 0.5^2)); 80% train, 20% test.
-Usage: python bench/fpfc_official_synthetic_data.py OUT.npz [seed] [devices] [clusters]; then
+Usage: python experiments/fpfc_official_synthetic_data.py OUT.npz [seed] [devices] [clusters]; then
 fedclust run configs/fpfc_official_synthetic.yaml data.name=npz data.path=OUT.npz train.batch_size=20000"""
 import sys
 

@@ -12,8 +12,8 @@
 # Every record carries device and torch.  Runs on a CPU too: QUICK=1 shrinks every part to seconds or minutes.
 # Needs the Fashion-MNIST IDX files in data/ (data.root) for the FMNIST parts; the machine has no internet.
 #
-#   OUT=/tmp/gpu bash bench/gpu.sh            # a lent GPU (about 5 minutes)
-#   QUICK=1 DEVICE=cpu OUT=/tmp/q bash bench/gpu.sh   # the same script, small, on a CPU
+#   OUT=/tmp/gpu bash experiments/gpu.sh            # a lent GPU (about 5 minutes)
+#   QUICK=1 DEVICE=cpu OUT=/tmp/q bash experiments/gpu.sh   # the same script, small, on a CPU
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu}

@@ -2,16 +2,16 @@
 # One lent GPU session, prepared to run once: (1) every algorithm for 3
 # rounds on CUDA, (2) `fedclust bench` (engine, vectorized vs per-client loop),
 # (3) `fedclust bench-rounds` (Random, PANMGrad, PANMLoss whole rounds), each
-# alone on the GPU, then (4) the Fashion-MNIST sweep of bench/reproduce_fmnist.sh
+# alone on the GPU, then (4) the Fashion-MNIST sweep of experiments/reproduce_fmnist.sh
 # for SEEDS in LANES parallel runs until DEADLINE seconds after the start,
 # after (5, step fpfc) FPFC as its official code runs FMNIST, on the code's data
-# and CNN (bench/fpfc_official_fmnist_data.py, bench/fpfc_official_convnet.py),
+# and CNN (experiments/fpfc_official_fmnist_data.py, experiments/fpfc_official_convnet.py),
 # for at most FPFC_SECONDS (its checkpoints keep what it did; run again to go on).
 # Everything it measured is packed into $OUT (table.md, bench.json,
 # rounds.md, runs.tar.gz, session.log).  Needs the four Fashion-MNIST IDX
 # files in data/ (data.root), since the machine has no internet.
 #
-#   OUT=/tmp/gpu bash bench/gpu_session.sh
+#   OUT=/tmp/gpu bash experiments/gpu_session.sh
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu}
@@ -25,7 +25,7 @@ ROUNDS_ARGS=${ROUNDS_ARGS:-"--cycles 2"}
 SWEEP_EXTRA=${SWEEP_EXTRA:-""}       # more overrides for the sweep's runs (a dry run on a CPU: rounds=3 ...)
 STEPS=${STEPS:-"smoke bench rounds fpfc sweep"}   # which parts to run
 FPFC_SECONDS=${FPFC_SECONDS:-150}
-SET=${SET:-all}                      # the sweep's set (bench/reproduce_fmnist.sh), SPECS_LINES for SET=custom
+SET=${SET:-all}                      # the sweep's set (experiments/reproduce_fmnist.sh), SPECS_LINES for SET=custom
 export SET SPECS_LINES=${SPECS_LINES:-}
 FC="python3 -m fedclust"
 RUNS=${RUNS:-/tmp/fmnist_runs}
@@ -75,9 +75,9 @@ fi
 
 if has fpfc; then
 echo "== fpfc, the code's FMNIST data and CNN, for ${FPFC_SECONDS} s at most ($(elapsed) s)"
-[ -f /tmp/fpfc_fmnist.npz ] || python3 bench/fpfc_official_fmnist_data.py /tmp/fpfc_fmnist.npz
+[ -f /tmp/fpfc_fmnist.npz ] || python3 experiments/fpfc_official_fmnist_data.py /tmp/fpfc_fmnist.npz
 timeout -k 5 "$FPFC_SECONDS" $FC run configs/fpfc_official_fmnist.yaml data.name=npz data.path=/tmp/fpfc_fmnist.npz \
-  model=bench/fpfc_official_convnet.py:ConvNet engine=batched device="$DEVICE" checkpoint_every=10 progress=false \
+  model=experiments/fpfc_official_convnet.py:ConvNet engine=batched device="$DEVICE" checkpoint_every=10 progress=false \
   figures=false out="$OUT/fpfc_code-s0" label="fpfc official (code's data and CNN)" > "$OUT/fpfc_code-s0.log" 2>&1
 tail -2 "$OUT/fpfc_code-s0.log"
 fi
@@ -86,7 +86,7 @@ left=$(( DEADLINE - $(elapsed) ))
 echo "== sweep for ${left} s ($(elapsed) s)"
 if has sweep && [ "$left" -gt 20 ]; then
   SEEDS="$SEEDS" LANES="$LANES" THREADS=2 OUT="$RUNS" FEDCLUST="$FC" EXTRA="device=$DEVICE data.root=data $SWEEP_EXTRA" \
-    timeout -k 5 "$left" bash bench/reproduce_fmnist.sh > /tmp/sweep.log 2>&1
+    timeout -k 5 "$left" bash experiments/reproduce_fmnist.sh > /tmp/sweep.log 2>&1
   pkill -f "out=$RUNS/" 2>/dev/null; sleep 1   # only this sweep's runs
   grep failed /tmp/sweep.log | head -20
 fi

@@ -11,9 +11,9 @@ batch 100, lr 0.009 × 0.9 every 5 rounds) at a smaller size, to run in minutes 
 images a device (--train), 2 local epochs (--epochs), 30 rounds (--rounds). `--set KEY=VALUE` adds config
 overrides, e.g. the code's own data and CNN (about 60 s a round each way on one CPU thread):
 
-    python bench/probe_fpfc_reset.py [--rounds 30] [--train 300] [--epochs 2] [--seed 0] [--json OUT.json]
-    python bench/probe_fpfc_reset.py --epochs 10 --set data.name=npz data.path=FILE \
-        model=bench/fpfc_official_convnet.py:ConvNet        # FILE from bench/fpfc_official_fmnist_data.py
+    python experiments/probe_fpfc_reset.py [--rounds 30] [--train 300] [--epochs 2] [--seed 0] [--json OUT.json]
+    python experiments/probe_fpfc_reset.py --epochs 10 --set data.name=npz data.path=FILE \
+        model=experiments/fpfc_official_convnet.py:ConvNet        # FILE from experiments/fpfc_official_fmnist_data.py
 """
 from __future__ import annotations
 

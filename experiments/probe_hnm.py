@@ -1,7 +1,7 @@
 """Record PANM's HNM inputs every stage-two round, to find why a client's
 list takes a wrong peer (issue: PANM keeps its clusters).
 
-    python bench/probe_hnm.py OUT.npz configs/fmnist_rotation2.yaml KEY=VALUE ...
+    python experiments/probe_hnm.py OUT.npz configs/fmnist_rotation2.yaml KEY=VALUE ...
 
 Runs ``fedclust run`` in one process with PANM's stage two wrapped: for every
 HNM round it stores the neighbour lists before and after, the candidates C,

@@ -8,7 +8,7 @@ as `fedclust run configs/fmnist_rotation2.yaml algorithm.name=local`), 180-degre
 MLP 784-200-200-10, SGD lr 0.08 x 0.99^(t-1), momentum 0.9 reset every round, batch 128, 3 epochs.  One
 `torch.optim.SGD` per client and round, nothing batched: the reference of what each choice means.
 
-    python bench/probe_local.py --rounds 100 --seeds 0 --variants all > probe.json
+    python experiments/probe_local.py --rounds 100 --seeds 0 --variants all > probe.json
 
 Variants: baseline; momentum_kept (one optimiser per client for the whole run); no_momentum; nesterov;
 weight_decay (5e-4); random_split (200 training images drawn uniformly, not class-balanced); test_from_train

@@ -3,10 +3,10 @@
 # rivals of issue 4, on configs/fmnist_rotation2.yaml (n = 100, 200 images,
 # rotations {0°, 180°}, l = 10, k = 5, 300 rounds), then the results table.
 #
-#   SEEDS="0 1 2" OUT=runs/fmnist bash bench/reproduce_fmnist.sh           # everything
-#   SET=p2p bash bench/reproduce_fmnist.sh      # the seven of Table 2, and PENS's two other counts
-#   SET=central bash bench/reproduce_fmnist.sh  # FedAvg, IFCA (c = 2), CFL, FedGroup, FPFC
-#   SET=custom SPECS_LINES=$'cfl-e3.2 algorithm.name=cfl cfl.eps2=3.2\n...' bash bench/reproduce_fmnist.sh
+#   SEEDS="0 1 2" OUT=runs/fmnist bash experiments/reproduce_fmnist.sh           # everything
+#   SET=p2p bash experiments/reproduce_fmnist.sh      # the seven of Table 2, and PENS's two other counts
+#   SET=central bash experiments/reproduce_fmnist.sh  # FedAvg, IFCA (c = 2), CFL, FedGroup, FPFC
+#   SET=custom SPECS_LINES=$'cfl-e3.2 algorithm.name=cfl cfl.eps2=3.2\n...' bash experiments/reproduce_fmnist.sh
 #
 # LANES runs go at once (default 2, one thread each on a CPU: THREADS); a run
 # whose summary.json exists is skipped, so an interrupted sweep resumes; a run another sweep is running is

@@ -10,8 +10,8 @@ rounds, and prints, per entry of the [C, n] = n² table:
 - ``peak``: the process's peak RSS over the rounds minus its RSS before them (getrusage), the kept state and
   the round's temporaries together.
 
-    python bench/select_memory.py --clients 10000                 # every peer algorithm, one line each
-    python bench/select_memory.py --clients 10000 --json          # the records
+    python experiments/select_memory.py --clients 10000                 # every peer algorithm, one line each
+    python experiments/select_memory.py --clients 10000 --json          # the records
 """
 
 from __future__ import annotations

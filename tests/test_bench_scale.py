@@ -109,13 +109,13 @@ def test_a_two_stage_algorithm_stays_in_stage_one_unless_told():
 
 
 def test_select_memory_bench_runs_and_counts_the_kept_state():
-    """bench/select_memory.py (docs/speed-and-scale.md, "Scale"): a record per algorithm; the state kept between
+    """experiments/select_memory.py (docs/speed-and-scale.md, "Scale"): a record per algorithm; the state kept between
     rounds is what the state's tensors hold, per [C, n] entry."""
     import json
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "bench/select_memory.py", "--clients", "60", "--algorithms",
+    out = subprocess.run([sys.executable, "experiments/select_memory.py", "--clients", "60", "--algorithms",
                           "random,panm_grad", "--json"], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent)
     got = {r["algorithm"]: r for r in json.loads(out.stdout)}

@@ -333,7 +333,7 @@ def test_batch_orders_on_a_gpu_equal_the_host_ones():
     """The runner draws each round's batch orders on the device that trains: the same orders as the host's
     (integer hash, float64 keys, stable sort)."""
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device here: bench/gpu.sh runs this check on a lent GPU")
+        pytest.skip("no CUDA device here: experiments/gpu.sh runs this check on a lent GPU")
     ids = torch.arange(40, 90)
     counts = torch.randint(5, 31, (50,), generator=torch.Generator().manual_seed(0))
     host = rng.batch_orders(7, 3, ids, 2, 30, counts)

@@ -1,6 +1,6 @@
 """The data and the CNN of FPFC's official MNIST/FMNIST code, rebuilt for fedclust (issue 21 part 4):
-``bench/fpfc_official_fmnist_data.py`` (Dirichlet(1) label shares over devices, the code's p <-> 8 - p label
-swap, pixels in [0, 1]) and ``bench/fpfc_official_convnet.py`` (its 2-convolution CNN, as a model of your own).
+``experiments/fpfc_official_fmnist_data.py`` (Dirichlet(1) label shares over devices, the code's p <-> 8 - p label
+swap, pixels in [0, 1]) and ``experiments/fpfc_official_convnet.py`` (its 2-convolution CNN, as a model of your own).
 Checked against the code's rule recomputed here by hand, and by a short fedclust run on such a file."""
 
 import importlib.util
@@ -106,7 +106,7 @@ def test_a_short_run_on_the_codes_data_and_cnn(tmp_path):
 
 
 def test_probe_pair_step_is_the_official_server_and_reset_zeroes_the_unstepped_pairs():
-    """bench/probe_fpfc_reset.py's pair step (every j of a participant at once) against test_fpfc_official's
+    """experiments/probe_fpfc_reset.py's pair step (every j of a participant at once) against test_fpfc_official's
     plain loop of the code's server(), θ kept; with reset, the pairs neither of whose ends took part are 0."""
     from test_fpfc_official import A, LAM, RHO, XI, official_server
 
