@@ -36,13 +36,13 @@ import numpy as np
 import torch
 import yaml
 
+from fedclust import upgrade
 from fedclust.algorithms import registry
 from fedclust.errors import CheckpointError, ConfigError
 from fedclust.models import file_sha256, model_name, model_source
 from fedclust.outputs import RUN_FILES
 from fedclust.peers import pack_bits, unpack_bits  # noqa: F401  (how checkpoints hold bool masks)
 from fedclust.rank import RankSetup
-from fedclust import upgrade
 from fedclust.schema import CORE_KEYS, resumable_keys
 
 FORMAT = 2            # 2: with CHECKSUM; 1 (read, unverified, with a warning): before checksums
@@ -272,7 +272,8 @@ def _not_continuable(p: Path, config_dict: dict, sections: tuple[str, ...]) -> s
 def input_files(cfg) -> dict:
     """The files a run reads besides its config, by the key that names them:
     a user model's source file, a data file; each as {path, sha256}."""
-    files = {"model": model_source(model_name(cfg)), "data.path": str(Path(cfg.data.path).resolve()) if cfg.data.path else None}
+    files = {"model": model_source(model_name(cfg)),
+             "data.path": str(Path(cfg.data.path).resolve()) if cfg.data.path else None}
     return {key: {"path": path, "sha256": file_sha256(path)} for key, path in files.items()
             if path and Path(path).is_file()}
 

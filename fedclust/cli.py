@@ -63,7 +63,8 @@ key, the bad value and the fix).
 
 def version() -> str:
     """The installed distribution's version, else the source tree's."""
-    from importlib.metadata import PackageNotFoundError, version as dist_version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
 
     try:
         return dist_version("fedclust")
@@ -142,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--keys", action="store_true", help="list every valid key with its default and meaning")
     c.add_argument("--reference", action="store_true", help="print the config reference (docs/config.md) in Markdown")
     sub.add_parser("bench", help="time one round of local training (see fedclust bench --help)", add_help=False)
-    sub.add_parser("bench-rounds", help="whole-round time of algorithms side by side (see fedclust bench-rounds --help)",
+    sub.add_parser("bench-rounds",
+                   help="whole-round time of algorithms side by side (see fedclust bench-rounds --help)",
                    add_help=False)
     sub.add_parser("bench-scale", help="round time, gather and memory against the client count (see fedclust "
                    "bench-scale --help)", add_help=False)

@@ -21,10 +21,26 @@ from fedclust.dist import available_memory, exchange_column_bytes, exchange_colu
 from fedclust.errors import ConfigError
 from fedclust.importing import import_target
 from fedclust.models import check_input, initial_weights, is_user_model, make_net, model_spec
-from fedclust.models.registry import aliases as model_aliases, names as model_names
-from fedclust.schema import (SECTIONS, AlgorithmConfig, Config, DataConfig, TrainConfig, WandbConfig,  # noqa: F401
-                             dump, key_records, one_of, parse, parse_override, read_yaml, set_key, to_dict,
-                             valid_keys, validate_core)
+from fedclust.models.registry import aliases as model_aliases
+from fedclust.models.registry import names as model_names
+from fedclust.schema import (  # noqa: F401
+    SECTIONS,
+    AlgorithmConfig,
+    Config,
+    DataConfig,
+    TrainConfig,
+    WandbConfig,
+    dump,
+    key_records,
+    one_of,
+    parse,
+    parse_override,
+    read_yaml,
+    set_key,
+    to_dict,
+    valid_keys,
+    validate_core,
+)
 
 
 def load_plugin(spec: str) -> None:

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -106,7 +107,7 @@ def make_fabric(device: str, timeout_seconds: float = 1800.0, startup_seconds: f
     rank, world = fabric.node_rank * devices + fabric.local_rank, devices * nodes
     env = fabric.strategy.cluster_environment
     store = startup_store(env.main_address, env.main_port, rank, world, startup_seconds, timeout_seconds)
-    kwargs = {"device_id": torch.device("cuda", fabric.local_rank)} if accelerator == "cuda" else {}
+    kwargs: dict[str, Any] = {"device_id": torch.device("cuda", fabric.local_rank)} if accelerator == "cuda" else {}
     backend = "nccl" if accelerator == "cuda" else "gloo"
     torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **kwargs)
     print(f"fedclust: process group formed: rank {rank} of {world} ({backend}, node {fabric.node_rank})",

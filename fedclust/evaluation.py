@@ -12,8 +12,8 @@ import torch
 from fedclust.data import dataset
 from fedclust.dist import gather_rows
 from fedclust.engine.train import evaluate
-from fedclust.models import model_record
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
+from fedclust.models import model_record
 from fedclust.peers import PeerIndex, as_indices, peer_counts
 from fedclust.rank import RankSetup
 
@@ -47,7 +47,8 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
     None for methods without lists): one gather of every rank's numbers, then
     one of the lists' members, n·m of them, never an ``[n, n]`` table."""
     cfg, ctx, result, t = setup.cfg, setup.ctx, outcome.result, state.round
-    acc, loss = evaluate(state.flat, setup.layout, setup.arch, setup.data.test_x, setup.data.test_y, counts=setup.data.test_counts)
+    data = setup.data
+    acc, loss = evaluate(state.flat, setup.layout, setup.arch, data.test_x, data.test_y, counts=data.test_counts)
     C = len(ctx.client_ids)
     lists = result.lists if result.lists is not None else PeerIndex.empty(C, setup.n, state.flat.device)
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
@@ -175,7 +176,8 @@ def summary_text(summary: dict, run_dir: str) -> str:
 
     s = summary
     return (f"{s['algorithm']}: final accuracy {s['final_accuracy']:.2f}% (best {s['best_accuracy']:.2f}% in round "
-            f"{s['best_round']}), {s['rounds_completed']} rounds in {s['wall_seconds']:.1f}s{_starts(s)}; neighbour precision "
+            f"{s['best_round']}), {s['rounds_completed']} rounds in {s['wall_seconds']:.1f}s{_starts(s)}; "
+            "neighbour precision "
             f"{pct(s['neighbor_precision'])}, recall {pct(s['neighbor_recall'])}; run directory {run_dir}")
 
 

@@ -264,6 +264,7 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg, records: list[dic
     arrays = np.load(npz)
     known = "clusters" in arrays   # absent: the data gives no true clusters
     clusters = arrays["clusters"] if known else np.zeros(cfg.clients, dtype=np.int64)   # one colour in the graph
+    table: np.ndarray | None   # None: no stage-one counts kept
     if "stage1_peers" in arrays:   # count lists; runs before them kept the [n, n] table
         table, block = count_table(arrays["stage1_peers"], arrays["stage1_counts"], cfg.clients)
     else:

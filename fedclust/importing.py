@@ -30,6 +30,8 @@ def import_target(target: str, field: str, fix: str) -> ModuleType:
     if not path.is_file():
         raise ConfigError(field, target, f"no such file; {fix}")
     module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ConfigError(field, target, f"Python cannot load it as a module file; {fix}")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:

@@ -12,7 +12,7 @@ from fedclust.lists import graph_components
 from fedclust.peers import PeerIndex, row_counts
 
 
-def neighbor_precision_recall(lists, clusters: torch.Tensor, client_ids: torch.Tensor):
+def neighbor_precision_recall(lists, clusters: torch.Tensor | None, client_ids: torch.Tensor):
     """Per-client precision and recall of neighbour lists: a bool [C, n]
     mask or a :class:`fedclust.peers.PeerIndex` (then no [C, n] table is made).
 

@@ -18,6 +18,11 @@ from fedclust.importing import import_submodules
 T = TypeVar("T", bound=type)
 
 
+def _registered_name(cls: type) -> str:
+    """A registered class's ``name`` (:meth:`Registry.register` checks that it is an identifier)."""
+    return getattr(cls, "name")
+
+
 class Registry(Generic[T]):
     """The registered classes of one kind.
 
@@ -28,11 +33,11 @@ class Registry(Generic[T]):
     TypeError); ``shown``: a class's name as the config writes it."""
 
     def __init__(self, kind: str, base: type, field: str, package: str,
-                 check: Callable[[type], None] | None = None, shown: Callable[[type], str] | None = None):
+                 check: Callable[[T], None] | None = None, shown: Callable[[T], str] | None = None):
         self.kind, self.base, self.field, self.package = kind, base, field, package
         self._check = check
-        self._shown = shown or (lambda cls: cls.name)
-        self._classes: dict[str, type] = {}
+        self._shown: Callable[[T], str] = shown or _registered_name
+        self._classes: dict[str, T] = {}
         self._loaded = False
 
     def register(self, cls: T) -> T:
@@ -57,7 +62,7 @@ class Registry(Generic[T]):
             self._loaded = True
             import_submodules(self.package)
 
-    def classes(self) -> list[type]:
+    def classes(self) -> list[T]:
         """Every registered class, in the order they were registered."""
         self.load_builtin()
         return list(self._classes.values())
@@ -70,12 +75,12 @@ class Registry(Generic[T]):
         """The names that ship with fedclust (not plugins)."""
         return sorted(self._shown(c) for c in self.classes() if c.__module__.startswith(self.package + "."))
 
-    def find(self, name: str) -> type | None:
+    def find(self, name: str) -> T | None:
         """The class registered as ``name``, or None (no error)."""
         self.load_builtin()
         return self._classes.get(str(name))
 
-    def get(self, name: str) -> type:
+    def get(self, name: str) -> T:
         """The class registered as ``name``; ConfigError naming the value, the closest name and the known ones."""
         found = self.find(name)
         if found is None:

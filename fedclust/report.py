@@ -255,13 +255,14 @@ def _setting_order(key: Setting | None) -> tuple:
     data, kind, k = key.data_setting
     rest = tuple((getattr(key, f) is None, getattr(key, f) or 0) for f in ("clients", "rounds", "train_size"))
     return (_data_position(data), data,
-            int(kind not in (None, "rotation")), kind or "", k or 0, int(not is_reference(key))) + rest + (key.model or "",)
+            int(kind not in (None, "rotation")), kind or "", k or 0,
+            int(not is_reference(key))) + rest + (key.model or "",)
 
 
 def paper_numbers(key: Setting | None) -> dict:
     """The paper's {algorithm: (mean, std)} for a setting: {} where no paper reports its data setting or the
     run's clients, rounds, train size or model are not the paper's."""
-    if not is_reference(key):
+    if key is None or not is_reference(key):
         return {}
     data, kind, k = key.data_setting
     papers = paper_table()
@@ -283,11 +284,12 @@ class Results:
     """Runs grouped by (label, setting): the rows, the columns and each cell's mean, std and seeds."""
 
     def __init__(self, runs: list[dict]):
-        self.groups: dict[tuple[str, tuple | None], list[dict]] = {}
+        # (label, setting): the setting None where the run does not say which data it used
+        self.groups: dict[tuple[str, Setting | None], list[dict]] = {}
         for r in runs:
             self.groups.setdefault((r.get("label") or r["algorithm"], setting(r)), []).append(r)
         self.labels = sorted({label for label, _ in self.groups}, key=_order)
-        self.settings = sorted({key for _, key in self.groups}, key=_setting_order)
+        self.settings: list[Setting | None] = sorted({key for _, key in self.groups}, key=_setting_order)
 
     def repeated_seeds(self) -> list[str]:
         """Warnings for groups that hold one seed twice (two directories of the same run)."""
@@ -304,14 +306,14 @@ class Results:
         """The numbers of runs of the label, one per setting it ran in."""
         return sorted({len(rs) for (lab, _), rs in self.groups.items() if lab == label})
 
-    def cell(self, label: str, key, metric: str) -> tuple[float, float | None, int] | None:
+    def cell(self, label: str, key: Setting | None, metric: str) -> tuple[float, float | None, int] | None:
         """(mean, sample std or None for one seed, seeds with a value), None where no run has a value."""
         xs = [x for r in self.groups.get((label, key), []) if (x := value(r, metric)) is not None]
         if not xs:
             return None
         return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None), len(xs)
 
-    def paper(self, label: str, key) -> tuple[float, float] | None:
+    def paper(self, label: str, key: Setting | None) -> tuple[float, float] | None:
         """The paper's number for the label's algorithm in this setting (a variant label is compared with its
         algorithm's number); None where the paper does not report that algorithm in that setting."""
         algorithms = {r["algorithm"] for r in self.groups.get((label, key), [])}
@@ -319,24 +321,25 @@ class Results:
             return None
         return paper_numbers(key).get(algorithms.pop())
 
-    def paper_settings(self) -> list:
-        return [k for k in self.settings if any(self.paper(label, k) for label in self.labels)]
+    def paper_settings(self) -> list[Setting]:
+        """The settings where the paper gives a number (never the unknown one)."""
+        return [k for k in self.settings if k is not None and any(self.paper(label, k) for label in self.labels)]
 
-    def gap_to_random(self, label: str, key) -> float | None:
+    def gap_to_random(self, label: str, key: Setting | None) -> float | None:
         """The label's mean final accuracy minus Random's (the runs labelled ``random``) in this setting: the
         comparison that carries over from a paper to fedclust when both share an offset in the base setting
         (docs/results_fmnist.md); None for Random itself or where either has no value."""
         mine, base = self.cell(label, key, "final_accuracy"), self.cell(RANDOM, key, "final_accuracy")
         return None if label == RANDOM or mine is None or base is None else mine[0] - base[0]
 
-    def paper_gap_to_random(self, label: str, key) -> float | None:
+    def paper_gap_to_random(self, label: str, key: Setting | None) -> float | None:
         """The paper's number for the label minus the paper's Random, in the paper's own setting; None where the
         paper gives either none."""
         mine, base = self.paper(label, key), paper_numbers(key).get(RANDOM)
         algorithms = {r["algorithm"] for r in self.groups.get((label, key), [])}
         return None if algorithms == {RANDOM} or mine is None or base is None else mine[0] - base[0]
 
-    def random_settings(self) -> list:
+    def random_settings(self) -> list[Setting | None]:
         """The settings where Random ran: the final accuracy table gives every label's gap to it there."""
         return [k for k in self.settings if self.cell(RANDOM, k, "final_accuracy") is not None]
 
@@ -507,11 +510,11 @@ def read_curve(run: dict, warn=_warn) -> dict[int, float]:
     return {x["round"]: x["accuracy"] for x in recs if x.get("accuracy") is not None}
 
 
-def mean_curves(runs: list[dict], band: str = "std", warn=_warn) -> dict[Setting, dict[str, tuple]]:
+def mean_curves(runs: list[dict], band: str = "std", warn=_warn) -> dict[Setting | None, dict[str, tuple]]:
     """setting -> label -> (rounds, mean accuracy, low, high, seeds), on the rounds every run of the label
     in that setting evaluated; the band is mean ± sample std (``std``; none for one seed) or min-max."""
     res = Results(runs)
-    out: dict[tuple, dict[str, tuple]] = {}
+    out: dict[Setting | None, dict[str, tuple]] = {}
     for key in res.settings:
         for label in res.labels:
             rs = res.groups.get((label, key))
@@ -530,12 +533,12 @@ def mean_curves(runs: list[dict], band: str = "std", warn=_warn) -> dict[Setting
     return out
 
 
-def stage_lines(runs: list[dict]) -> dict[Setting, dict[int, list[str]]]:
+def stage_lines(runs: list[dict]) -> dict[Setting | None, dict[int, list[str]]]:
     """setting -> {T1: the labels of two-stage methods whose stage one ends after round T1}."""
     res = Results(runs)
-    out: dict = {}
+    out: dict[Setting | None, dict[int, list[str]]] = {}
     for (label, key), rs in res.groups.items():
-        for t1 in sorted({r.get("_stage1_rounds") for r in rs} - {None}):
+        for t1 in sorted({t for r in rs if (t := r.get("_stage1_rounds")) is not None}):
             out.setdefault(key, {}).setdefault(t1, []).append(label)
     return {k: {t1: sorted(labels, key=_order) for t1, labels in v.items()} for k, v in out.items()}
 

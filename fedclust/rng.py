@@ -119,7 +119,8 @@ def choose_indices(
     ``client_keys(seed, round_, stream, ...)``, never the client itself.
     ``allowed(lo, hi)`` gives the bool ``[hi - lo, n]`` allowed items of rows
     lo..hi, so that no ``[C, n]`` mask need exist (a bool ``[C, n]`` mask is
-    read a chunk of rows at a time; None: every other client); rows go in chunks of at most :data:`CHOOSE_CHUNK_ELEMENTS` keys.
+    read a chunk of rows at a time; None: every other client); rows go in chunks of at most
+    :data:`CHOOSE_CHUNK_ELEMENTS` keys.
     Returns ``(idx [C, kk], valid [C, kk])``, kk = min(k, n): each row's
     chosen items in increasing order, then padding (0, valid False) where
     fewer than k were allowed.  The same items as :func:`choose_from_mask`

@@ -46,8 +46,16 @@ from fedclust.outputs import RunLock, check_writable, default_out
 from fedclust.rank0 import RankZeroOutput
 from fedclust.schema import Config, to_dict
 from fedclust.state import LoopState, stage1_arrays
-from fedclust.stopping import (EXIT_REQUEUE, REQUEST, StartupSignal, Stopped, StopRequest, requeue, slurm_job,
-                               stopped_at_startup)
+from fedclust.stopping import (
+    EXIT_REQUEUE,
+    REQUEST,
+    StartupSignal,
+    Stopped,
+    StopRequest,
+    requeue,
+    slurm_job,
+    stopped_at_startup,
+)
 from fedclust.tracking import check_credentials
 
 __all__ = ["Prepared", "prepare", "Setup", "build", "LoopState", "RoundOutcome", "round_step", "run", "finish",
@@ -171,11 +179,13 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     settings = dataclasses.replace(setup.settings, lr=cfg.train.round_lr(t))
     algo_state, plan = algo.plan(state.algo_state, ctx, t, state.flat)
     # trained in place: the held models, or one contiguous copy of the plan's start (a server's model for each
-    # client); neither is read again this round: the held models go before the copy, the start after it
+    # client); neither is read again this round: the held models go before the copy, the start after it (the
+    # attributes are deleted, not set to None: the round's result sets state.flat again)
     flat = state.flat
     if plan.start is not flat:
-        state.flat = None
-        flat, plan.start = plan.start.clone(memory_format=torch.contiguous_format), None
+        del state.flat
+        flat = plan.start.clone(memory_format=torch.contiguous_format)
+        del plan.start
     before = flat.clone() if algo.gathers_before else None
     counts = data.train_counts   # None: every client holds the full width
     # drawn where they are used (the hash and a stable sort give the same orders on any device)

@@ -76,8 +76,8 @@ class DataConfig:
             "`torchvision:NAME` (e.g. `torchvision:KMNIST`), or a plug-in's; see [Your own data "
             "set](own-model-and-data.md#your-own-data-set)"))
     root: str = option("data", "folder of the data sets (torchvision layout, or the four Fashion-MNIST IDX files)")
-    clusters: ClusterKind = option("rotation", "what sets image clusters apart: rotation or label_swap (synthetic: each "
-                                       "cluster's own (W, b))",
+    clusters: ClusterKind = option("rotation", "what sets image clusters apart: rotation or label_swap "
+                                               "(synthetic: each cluster's own (W, b))",
         doc=("`rotation` or `label_swap` (Synthetic: each cluster has its own (W, b))"))
     num_clusters: int = option(2, "latent clusters: 2 or 4 (rotation, label_swap); any >= 1 for synthetic",
         doc=("2 or 4 (`rotation`, `label_swap`); any `>= 1` for `synthetic`; a file of your own clients: "
@@ -101,8 +101,8 @@ class DataConfig:
                                          "model mean u_k")
     synthetic_beta: float = option(1.0, "Synthetic(alpha, beta): beta >= 0, std of each client's input mean B_i")
     synthetic_dim: int = option(60, "Synthetic: input dimension")
-    synthetic_inputs: SyntheticInputs = option("client", "Synthetic inputs: client (around each client's own mean, FedProx) "
-                                             "or shared (all around one mean)",
+    synthetic_inputs: SyntheticInputs = option("client", "Synthetic inputs: client (around each client's own "
+                                                         "mean, FedProx) or shared (all around one mean)",
         doc=("`client`: each client's inputs around its own mean v_i (FedProx's generator); `shared`: "
             "every client's around one mean v_0, so only the cluster's (W, b) tells clients apart. "
             "Every client has `train_size` samples: FedProx's lognormal(4, 2) + 50 sizes are not "
@@ -324,6 +324,15 @@ def _format_default(value: Any) -> str:
     return str(value)
 
 
+def _field_default(f: dataclasses.Field) -> Any:
+    """A config field's default value (its default, else its default factory's value)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise TypeError(f"config field '{f.name}' has no default: every config key needs one (option(default, ...))")
+
+
 def _described(cls, prefix: str = "") -> list[tuple[str, str, str]]:
     rows = []
     types = _field_types(cls)
@@ -334,7 +343,7 @@ def _described(cls, prefix: str = "") -> list[tuple[str, str, str]]:
         if dataclasses.is_dataclass(types[f.name]):
             rows += _described(types[f.name], path + ".")
             continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = _field_default(f)
         rows.append((path, _format_default(default), str(f.metadata.get("help", "")).strip()))
     return rows
 
@@ -361,7 +370,7 @@ def key_records(cls, prefix: str = "") -> list[dict]:
         if dataclasses.is_dataclass(tp):
             rows += key_records(tp, path + ".")
             continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = _field_default(f)
         rows.append({"key": path, "default": _format_default(default), "choices": choices(tp),
                      "type": "choice" if choices(tp) is not None else getattr(tp, "__name__", str(tp)),
                      "help": str(f.metadata.get("help", "")).strip(), "doc": str(f.metadata.get("doc", "")).strip(),
@@ -542,10 +551,16 @@ def parse(raw: dict | None, overrides=()) -> Config:
     return cfg
 
 
+def _plain(value: Any) -> Any:
+    """A core key's value as config.yaml holds it: a config dataclass as a dict, a list copied."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return list(value) if isinstance(value, list) else value
+
+
 def to_dict(cfg: Config) -> dict:
     """Core keys, then every section, as plain nested dicts (config.yaml, W&B)."""
-    out = {f.name: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else (list(v) if isinstance(v, list) else v)
-           for f in dataclasses.fields(cfg) if f.name != "sections" for v in [getattr(cfg, f.name)]}
+    out = {f.name: _plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name != "sections"}
     for name, section in cfg.sections.items():
         out[name] = dataclasses.asdict(section)
     return out
@@ -651,8 +666,8 @@ def check_choices(obj: Any, prefix: str = "") -> None:
         value = getattr(obj, name)
         if dataclasses.is_dataclass(tp):
             check_choices(value, f"{prefix}{name}.")
-        elif choices(tp) is not None:
-            one_of(f"{prefix}{name}", value, set(choices(tp)), str(fields[name].metadata.get("help", "")))
+        elif (allowed := choices(tp)) is not None:
+            one_of(f"{prefix}{name}", value, set(allowed), str(fields[name].metadata.get("help", "")))
 
 
 def resumable_keys() -> set[str]:

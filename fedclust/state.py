@@ -67,7 +67,8 @@ class LoopState:
         sd = setup.algo.state_dict(self.algo_state)
         rows = {k: _gather(setup, v) for k, v in sd["clients"].items()}
         weights = _gather(setup, self.flat)
-        traffic = {"received": _gather(setup, self.traffic.received), "max_round": _gather(setup, self.traffic.max_round),
+        traffic = {"received": _gather(setup, self.traffic.received),
+                   "max_round": _gather(setup, self.traffic.max_round),
                    "server_received": self.traffic.server_received, "server_sent": self.traffic.server_sent,
                    "server_max": self.traffic.server_max}
         peers, counts = _gather_lists(setup, self.round, self.stage1_peers, self.stage1_counts)
@@ -154,7 +155,8 @@ def _gather_lists(setup: RankSetup, t: int, peers: torch.Tensor, counts: torch.T
 
 
 def _map_tensors(value, fn):
-    """``value`` with ``fn`` applied to every tensor in it (nested lists, tuples, dicts); numpy arrays count as tensors."""
+    """``value`` with ``fn`` applied to every tensor in it (nested lists, tuples, dicts); numpy arrays count as
+    tensors."""
     if isinstance(value, np.ndarray):
         value = torch.from_numpy(value.copy())
     if isinstance(value, torch.Tensor):

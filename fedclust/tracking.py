@@ -20,6 +20,7 @@ import json
 import netrc
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import numpy as np
@@ -28,6 +29,9 @@ from fedclust import schema
 from fedclust.errors import ConfigError
 from fedclust.lists import index_lists
 from fedclust.outputs import json_safe
+
+if TYPE_CHECKING:
+    from wandb.sdk.wandb_run import Run
 
 STATE_FILE = "wandb.json"
 DEFAULT_PROJECT = "fedclust"
@@ -117,9 +121,10 @@ class Tracker:
         saved = read_state(self.dir)
         run_id = run_id or saved.get("id")
         self.last_step = int(saved.get("step", 0)) if saved.get("id") == run_id else 0
-        self.run = wandb.init(**init_kwargs(cfg, self.dir, run_id))
-        self.run.config.update(schema.to_dict(cfg), allow_val_change=True)   # a continued run may extend `rounds`
-        self.id = self.run.id
+        run = wandb.init(**init_kwargs(cfg, self.dir, run_id))
+        run.config.update(schema.to_dict(cfg), allow_val_change=True)   # a continued run may extend `rounds`
+        self.run: Run | None = run   # None once finished
+        self.id = run.id
         self.rounds = int(cfg.rounds)
         write_state(self.dir, self.id, self.last_step)
 
@@ -129,18 +134,25 @@ class Tracker:
             return
         # Committed at once (in W&B's file or on its server before the next round), except the last
         # round's, which log_results completes with the figures and the neighbour table.
-        self.run.log(round_payload(record, self._lib), step=step, commit=step < self.rounds)
+        self._active().log(round_payload(record, self._lib), step=step, commit=step < self.rounds)
         self.last_step = step
         write_state(self.dir, self.id, step)
 
     def log_results(self, summary: dict, figures: list[Path], final_lists, assignment, clusters) -> None:
         """The summary, the figures as images and the final neighbour lists /
         assignment as a table, at the last round's step."""
-        self.run.summary.update({k: v for k, v in json_safe(summary).items() if not isinstance(v, (list, dict))})
-        payload = {f"figures/{Path(p).stem}": self._lib.Image(str(p)) for p in figures}
+        run = self._active()
+        run.summary.update({k: v for k, v in json_safe(summary).items() if not isinstance(v, (list, dict))})
+        payload: dict[str, Any] = {f"figures/{Path(p).stem}": self._lib.Image(str(p)) for p in figures}
         payload["neighbours"] = self._lib.Table(columns=["client", "true_cluster", "assigned_cluster", "neighbours"],
                                                 data=neighbour_rows(final_lists, assignment, clusters))
-        self.run.log(payload, step=max(self.last_step, int(summary.get("rounds_completed", 0))), commit=True)
+        run.log(payload, step=max(self.last_step, int(summary.get("rounds_completed", 0))), commit=True)
+
+    def _active(self) -> Run:
+        """The W&B run, until :meth:`finish`."""
+        if self.run is None:
+            raise RuntimeError("the W&B run of this Tracker is finished: nothing more can be logged to it")
+        return self.run
 
     def finish(self, exit_code: int = 0, preempting: bool = False) -> None:
         """``preempting``: the run stopped on a signal to be continued (a

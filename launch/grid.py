@@ -76,7 +76,8 @@ def parse_axes(specs: list[str]) -> list[tuple[str, list[str]]]:
         key = key.strip()
         items = split_values(spec, values)
         if not sep or not key or not all(items):
-            raise FedclustError(f"--grid {spec!r}: write each axis as KEY=V1,V2,... (e.g. seed=0,1,2), with no empty value")
+            raise FedclustError(f"--grid {spec!r}: write each axis as KEY=V1,V2,... (e.g. seed=0,1,2), with no "
+                                "empty value")
         if key in {k for k, _ in axes}:
             raise FedclustError(f"--grid: key {key!r} is given twice; put all its values in one axis ({key}=V1,V2)")
         refuse_out(key, f"--grid {key}=...", "the grid", "set the grid's folder with --out instead")

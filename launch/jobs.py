@@ -15,9 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedclust.stopping import EXIT_REQUEUE
 from fedclust.errors import FedclustError
-
+from fedclust.stopping import EXIT_REQUEUE
 from launch.grid import Point
 
 # Job states in which a submitted run is still the queue's business.
@@ -48,7 +47,8 @@ class RunPoint:
         if rc == EXIT_REQUEUE:
             sys.exit(rc)
         if rc != 0:
-            raise RuntimeError(f"fedclust run into {self.out} failed with exit status {rc}; its error is in this job's log")
+            raise RuntimeError(f"fedclust run into {self.out} failed with exit status {rc}; its error is in this "
+                               "job's log")
         return self.out
 
 
@@ -159,7 +159,8 @@ def slurm_executor(folder: Path, name: str, res: Resources, env: dict | None = N
     limit (fedclust's signal; submitit's own USR2 handler is left unused),
     ``--requeue``, ``--gres=gpu:N`` rather than ``--gpus-per-task``."""
     if shutil.which("sbatch") is None:
-        raise FedclustError("Slurm is not available here (no sbatch on PATH); run the grid on this machine with --local")
+        raise FedclustError("Slurm is not available here (no sbatch on PATH); run the grid on this machine with "
+                            "--local")
     import submitit
 
     executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm")

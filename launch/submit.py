@@ -30,13 +30,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from fedclust.errors import FedclustError
-
 from launch.grid import Point, expand, parse_axes, refuse_out
-from launch.jobs import (ACTIVE_STATES, TIME_FORMS, Ledger, Resources, format_time, job_state, parse_time,
-                         run_local, submit_slurm, wait_for)
+from launch.jobs import (
+    ACTIVE_STATES,
+    TIME_FORMS,
+    Ledger,
+    Resources,
+    format_time,
+    job_state,
+    parse_time,
+    run_local,
+    submit_slurm,
+    wait_for,
+)
 
 
 def check_points(config: str | None, fixed: list[str], points: list[Point], slurm_gpus: int | None = None) -> None:
@@ -76,7 +86,7 @@ def plan(points: list[Point], ledger: Ledger) -> tuple[list[Point], list[tuple[P
     return todo, skipped
 
 
-def submit_grid(config: str | None, grid: list[str], overrides: list[str] = (), out: str | None = None,
+def submit_grid(config: str | None, grid: list[str], overrides: Sequence[str] = (), out: str | None = None,
                 resources: Resources | None = None, local: bool = False, wait: bool = False,
                 dry_run: bool = False, echo=print) -> list[Point]:
     """Expand the grid's axes into points under ``out`` and :func:`submit_points` them."""
@@ -86,7 +96,7 @@ def submit_grid(config: str | None, grid: list[str], overrides: list[str] = (), 
                          echo=echo)
 
 
-def submit_points(config: str | None, points: list[Point], root: Path, overrides: list[str] = (),
+def submit_points(config: str | None, points: list[Point], root: Path, overrides: Sequence[str] = (),
                   resources: Resources | None = None, local: bool = False, wait: bool = False,
                   dry_run: bool = False, echo=print, env: dict | None = None) -> list[Point]:
     """Check every point, then submit (or run) the unfinished ones; returns the

@@ -61,7 +61,6 @@ from typing import Any
 import yaml
 
 from fedclust.errors import FedclustError
-
 from launch.grid import Point, dir_name, refuse_out
 from launch.submit import HelpFormatter, add_launch_args, launched, resources_from_args, submit_points
 

@@ -88,6 +88,8 @@ def gossip_view(neighbors, own_ids: torch.Tensor, view) -> torch.Tensor:
         if out is None:
             out = part.new_empty(part.shape[0], view.width)
         out[:, start:stop] = part
+    if out is None:
+        raise ValueError("gossip_view: the round's gather gave no column block (a model of no parameters?)")
     return out
 
 
@@ -217,7 +219,8 @@ def own(ctx, values: torch.Tensor) -> torch.Tensor:
 
 def cluster_counts(assign: torch.Tensor, K: int, weights: torch.Tensor | None = None) -> torch.Tensor:
     """Total weight (client count when ``weights`` is None) per cluster → ``[K]``."""
-    w = torch.ones(assign.shape[0], dtype=torch.float64, device=assign.device) if weights is None else weights.to(torch.float64)
+    w = (torch.ones(assign.shape[0], dtype=torch.float64, device=assign.device) if weights is None
+         else weights.to(torch.float64))
     return torch.zeros(K, dtype=torch.float64, device=assign.device).index_add_(0, assign, w)
 
 
@@ -243,7 +246,8 @@ def cluster_average(
         raise ValueError(f"previous must be [K, P] = [{K}, {P}], got {tuple(previous.shape)}")
     if C and (assign.min() < 0 or assign.max() >= K):
         raise ValueError(f"assign values must lie in [0, {K}), got range [{int(assign.min())}, {int(assign.max())}]")
-    w = torch.ones(C, dtype=models.dtype, device=models.device) if weights is None else check_weights(weights, C).to(models.dtype)
+    w = (torch.ones(C, dtype=models.dtype, device=models.device) if weights is None
+         else check_weights(weights, C).to(models.dtype))
     weighted = models if weights is None else models * w[:, None]   # equal weights: x * 1 is x, no copy
     sums = torch.zeros(K, P, dtype=models.dtype, device=models.device).index_add_(0, assign, weighted)
     totals = torch.zeros(K, dtype=models.dtype, device=models.device).index_add_(0, assign, w)

@@ -112,6 +112,23 @@ class RoundView:
         """P, the columns of a model."""
         return int(self.columns.width if self.columns is not None else self.after.shape[1])
 
+    def whole_after(self) -> torch.Tensor:
+        """``all_after`` ([n, P], every client's model after local training), for an algorithm that reads whole
+        models; ValueError when the exchange came in column blocks (refused by the config checks for an
+        algorithm that does not declare ``column_exchange``)."""
+        if self.all_after is None:
+            raise ValueError("the round's models came in column blocks (exchange_mb), not whole: the algorithm "
+                             "reads whole models, so the exchange in column blocks is refused for it")
+        return self.all_after
+
+    def gathered_labels(self) -> torch.Tensor:
+        """``all_labels`` ([n] int64, every client's RoundPlan.labels), for an algorithm that declares
+        ``gathers_labels``; ValueError when the round's gather carries none."""
+        if self.all_labels is None:
+            raise ValueError("the round's gather carries no labels: an algorithm that reads them declares "
+                             "gathers_labels")
+        return self.all_labels
+
     def blocks(self, names: tuple[str, ...] = ("after",)) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]:
         """``(start, stop, {name: [n, stop - start]})`` over the gathered models' columns in increasing order
         (``names`` among "after", "before"): the whole models as one block when they came whole, else one
@@ -210,7 +227,8 @@ def split_state(state) -> tuple[dict, dict]:
     if not dataclasses.is_dataclass(state):
         raise TypeError(f"algorithm state must be a dataclass or None to be saved, got {type(state).__name__}; "
                         "override Algorithm.state_dict / load_state_dict")
-    rows, server = {}, {}
+    rows: dict[str, Any] = {}
+    server: dict[str, Any] = {}
     for f in dataclasses.fields(state):
         if f.metadata.get("rows") != "round":
             (rows if _is_client_field(f) else server)[f.name] = getattr(state, f.name)

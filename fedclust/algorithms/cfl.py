@@ -190,6 +190,12 @@ class CflState:
     # code's server.cache_model), replicated; a client's lineage is :func:`lineage` of its cluster
     cache: torch.Tensor | None = None
 
+    def tree(self) -> torch.Tensor:
+        """``cache``, the tree of models (a state from :meth:`Cfl.init` always holds one, ``[0, P]`` at first)."""
+        if self.cache is None:
+            raise ValueError("CFL state without its tree of models (CflState.cache): Cfl.init starts one, [0, P]")
+        return self.cache
+
 
 def split_cluster(updates: torch.Tensor) -> tuple[torch.Tensor, float]:
     """Bool ``[m]``: the members of the bipartition's second half (the half
@@ -344,9 +350,10 @@ class Cfl(Algorithm):
         warm-up (rounds t > cfl.warmup) the splits (:meth:`split`); then each
         cluster model becomes the mean of its participants' trained models (a
         cluster none of whose clients took part keeps its model)."""
-        t, after = view.round, view.all_after
+        t, after = view.round, view.whole_after()
         waiting = state.pending >= 0
-        labels = view.all_labels.to(state.labels.device)   # every client's cluster this round (a pending one's pick)
+        # every client's cluster this round (a pending one's pick)
+        labels = view.gathered_labels().to(state.labels.device)
         active = participants(ctx.seed, t, ctx.n, self.participation, after.device)
         # a participant receives its cluster model; a pending client both halves
         received = torch.where(waiting, 2.0, active.to(torch.float64))
@@ -359,7 +366,7 @@ class Cfl(Algorithm):
         # scaled thresholds with u_1 = 0 (nobody moved in round 1): nothing to split
         if t > self.cfl.warmup and (not self.cfl.scale_to_model or reference > 0):
             models, labels, pending, splits, checks = self.split(t, models, labels, updates, active, reference)
-            cache = torch.cat([cache, state.models[[c for _, c, _ in splits]]])   # each parent as it split
+            cache = torch.cat([state.tree(), state.models[[c for _, c, _ in splits]]])   # each parent as it split
         models = cluster_average(after[active], labels[active], models.shape[0], models)
         state = CflState(models=models, labels=labels, pending=pending, reference_norm=reference,
                          splits=[*state.splits, *splits], checks=[*state.checks, *checks], cache=cache)
@@ -408,10 +415,10 @@ class Cfl(Algorithm):
         labels = own(ctx, state.labels)
         tree = lineage(state.splits, state.models.shape[0]).to(labels.device)[labels]
         allowed = torch.cat([tree, torch.ones(len(labels), 1, dtype=torch.bool, device=labels.device)], dim=1)
-        val_acc, val_loss = lineage_scores(state.cache, models, allowed, data.val_x, data.val_y, data.val_counts,
-                                           score)
+        cache = state.tree()
+        val_acc, val_loss = lineage_scores(cache, models, allowed, data.val_x, data.val_y, data.val_counts, score)
         choice = best_of_lineage(val_acc, val_loss, allowed)
-        return {BEST_OF_LINEAGE: chosen_accuracy(state.cache, choice, accuracy, data, score)}
+        return {BEST_OF_LINEAGE: chosen_accuracy(cache, choice, accuracy, data, score)}
 
 
 def _rows(x, rows: torch.Tensor):

@@ -141,7 +141,8 @@ def lloyd(points: torch.Tensor, centers: torch.Tensor, max_iter: int = 300) -> t
     return labels, c, inertia
 
 
-def kmeans(points: torch.Tensor, k: int, seed: int, n_init: int = 10, max_iter: int = 300) -> tuple[torch.Tensor, torch.Tensor]:
+def kmeans(points: torch.Tensor, k: int, seed: int, n_init: int = 10,
+           max_iter: int = 300) -> tuple[torch.Tensor, torch.Tensor]:
     """K-means with K-means++ seeding, best of ``n_init`` restarts by inertia
     (first restart wins ties) → ``(labels int64 [m], centers [k, d])``
     (FedGroup paper Alg. 4 l. 3, as sklearn ``KMeans`` in the authors' code)."""
@@ -154,6 +155,8 @@ def kmeans(points: torch.Tensor, k: int, seed: int, n_init: int = 10, max_iter: 
         labels, centers, inertia = lloyd(points, init, max_iter)
         if best is None or inertia < best[2]:
             best = (labels, centers, inertia)
+    if best is None:
+        raise ValueError(f"kmeans: n_init = {n_init}: K-means needs at least one restart")
     return best[0], best[1].to(points.dtype)
 
 
@@ -176,7 +179,8 @@ def group_cold_start(
     sim = ternary_similarity(updates, directions)
     assign, centroids = kmeans(sim, groups, seed, n_init=n_init)
     P = updates.shape[1]
-    mean_upd = cluster_average(updates, assign, groups, torch.zeros(groups, P, dtype=updates.dtype, device=updates.device))
+    mean_upd = cluster_average(updates, assign, groups,
+                               torch.zeros(groups, P, dtype=updates.dtype, device=updates.device))
     return {
         "assign": assign,
         "similarity": sim,
@@ -345,7 +349,7 @@ class FedGroup(Algorithm):
         (:func:`inter_group_aggregate`).  The global model is the mean of the
         group models (l. 11); a group's latest update is its model's change
         over the round."""
-        g, after, t = self.fedgroup, view.all_after, view.round
+        g, after, t = self.fedgroup, view.whole_after(), view.round
         active = participants(ctx.seed, t, ctx.n, self.participation, after.device)
         assignment = state.assignment.clone()
         if t == 1:

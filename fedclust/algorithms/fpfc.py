@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from fedclust.algorithms.aggregation import cluster_average, own, participants, trainers
-from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, RunFacts, client_rows, server_result
+from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, RunFacts, server_result
 from fedclust.algorithms.registry import register
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
@@ -153,7 +153,8 @@ def theta_shrink(r: torch.Tensor, lam: float, a: float, xi: float, rho: float) -
                     torch.where(r <= a * lam, (c * r - a * lam) / (c - 1), r)))
 
 
-def shrink_factor(delta: torch.Tensor, lam: float, a: float, xi: float, rho: float) -> tuple[torch.Tensor, torch.Tensor]:
+def shrink_factor(delta: torch.Tensor, lam: float, a: float, xi: float,
+                  rho: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(t, s)`` row-wise for ``delta [E, P]``: ``s = theta_shrink(‖δ‖)``, the
     norm of the θ-step's solution, and ``t = s/‖δ‖`` (0 for δ = 0), so that
     ``θ = t·δ`` (:func:`theta_update`).  ``t > 0`` whenever ``δ ≠ 0``: every
@@ -254,7 +255,8 @@ def server_update_(
     return theta, v
 
 
-def zeta(omega: torch.Tensor, theta: torch.Tensor, v: torch.Tensor, rho: float, chunk_pairs: int | None = None) -> torch.Tensor:
+def zeta(omega: torch.Tensor, theta: torch.Tensor, v: torch.Tensor, rho: float,
+         chunk_pairs: int | None = None) -> torch.Tensor:
     """``ζ_i = 1/m Σ_j (ω_j + θ_ij − v_ij/ρ)`` (FPFC paper Algorithm 1, last
     server line) → ``[n, P]``, using θ_ii = v_ii = 0, θ_ji = −θ_ij, v_ji = −v_ij:
     ``ζ = mean(ω) + (1/m)(Σ_{j>i} u_ij − Σ_{j<i} u_ji)`` with ``u = θ − v/ρ``."""
@@ -649,7 +651,8 @@ def slot_norm_matrix(norms: torch.Tensor, n: int) -> torch.Tensor:
     return out
 
 
-def literal_pairs(theta_rows: torch.Tensor, theta_diam: torch.Tensor, ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def literal_pairs(theta_rows: torch.Tensor, theta_diam: torch.Tensor,
+                  ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(θ, v)`` ``[E, P]`` in Algorithm 1's literal layout (pairs i < j,
     :func:`pair_index`) from the compact one holding every client's rows
     (``theta_rows [n, K, P]``): what the reference functions keep."""
@@ -894,14 +897,17 @@ class FpfcState:
     every client.  With ``fpfc.reset_theta`` a pair the last round did not
     step keeps its last θ here (v = c·θ), and reads as θ = 0 (:func:`read_norms`)."""
 
+    # Every field is given whenever an FpfcState is made: none has a default.  zeta and theta_rows are client
+    # rows, as base.client_rows() marks them, written out as the field() call it makes so that type checkers
+    # see fields without a default.
     omega: torch.Tensor                       # [n, P] every client's latest ω
-    zeta: torch.Tensor = client_rows()        # [C, P] ζ_i of this rank's clients
-    theta_rows: torch.Tensor = client_rows()  # [C, K, P] θ of this rank's clients' pairs (slot_pairs)
-    theta_diam: torch.Tensor = None           # [D, P] θ of the diametric pairs (even n), on every rank
-    ratio: torch.Tensor = None                # [E] float64 c of every pair, v = c·θ (slot_pairs' order)
-    norms: torch.Tensor = None                # [E] float64 ‖θ‖ of every pair
-    scale: float | None = None                # u_1 (1.0 without scale_to_model); None until round 1 sets it
-    labels: torch.Tensor = None               # [n] int64 clusters read off ‖θ_ij‖ <= ν
+    zeta: torch.Tensor = field(metadata={"rows": "client"})        # [C, P] ζ_i of this rank's clients
+    theta_rows: torch.Tensor = field(metadata={"rows": "client"})  # [C, K, P] θ of its clients' pairs (slot_pairs)
+    theta_diam: torch.Tensor                  # [D, P] θ of the diametric pairs (even n), on every rank
+    ratio: torch.Tensor                       # [E] float64 c of every pair, v = c·θ (slot_pairs' order)
+    norms: torch.Tensor                       # [E] float64 ‖θ‖ of every pair
+    scale: float | None                       # u_1 (1.0 without scale_to_model); None until round 1 sets it
+    labels: torch.Tensor                      # [n] int64 clusters read off ‖θ_ij‖ <= ν
 
     @property
     def theta(self) -> torch.Tensor:
@@ -932,7 +938,7 @@ class Fpfc(Algorithm):
     paper_results = {("synthetic", None, 4): (89.46, 0.04)}
 
     @classmethod
-    def from_config(cls, cfg, facts: RunFacts) -> "Fpfc":
+    def from_config(cls, cfg, facts: RunFacts) -> "Fpfc":  # type: ignore[override]  # takes the run's facts (registry.build passes them to a from_config that names them)
         prox_layers, first = fused_columns(cfg, facts.layout)
         return cls(cfg.fpfc, cfg.participation, cfg.rounds, prox_layers, first)
 
@@ -945,10 +951,9 @@ class Fpfc(Algorithm):
         θ over the fused columns (``fpfc.fuse=head``: the head's)."""
         n, w0 = ctx.n, ctx.w0.detach()
         P, C, E = w0.numel() - self.first, len(ctx.client_ids), n_pairs(n)
-        zeros = dict(dtype=w0.dtype, device=w0.device)
         return FpfcState(omega=w0.expand(n, -1).clone(), zeta=w0[self.first:].expand(C, -1).clone(),
-                         theta_rows=torch.zeros(C, row_slots(n), P, **zeros),
-                         theta_diam=torch.zeros(diametric_pairs(n), P, **zeros),
+                         theta_rows=torch.zeros(C, row_slots(n), P, dtype=w0.dtype, device=w0.device),
+                         theta_diam=torch.zeros(diametric_pairs(n), P, dtype=w0.dtype, device=w0.device),
                          ratio=torch.zeros(E, dtype=torch.float64, device=w0.device),
                          norms=torch.zeros(E, dtype=torch.float64, device=w0.device),
                          scale=None, labels=torch.zeros(n, dtype=torch.int64, device=w0.device))
@@ -979,7 +984,7 @@ class Fpfc(Algorithm):
         body, so that it follows their step, as in the code, changes nothing).
         ``fpfc.reset_theta``: the pairs not stepped read θ = 0 in ζ and the
         clusters (:func:`kept_coef`, :func:`read_norms`)."""
-        f, after, head = self.fpfc, view.all_after, self.first
+        f, after, head = self.fpfc, view.whole_after(), self.first
         active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device)
         scale = state.scale
         if scale is None:   # u_1 = participants' mean ‖ω_i^1 − ω_i^0‖, fused columns: λ, ξ and ν in its units

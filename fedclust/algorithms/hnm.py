@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedclust.algorithms.similarity import PoolScores
 from fedclust.peers import PeerIndex, mask_indices
 
 MAX_EM_STEPS = 100
@@ -121,7 +122,7 @@ def hnm_draw(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.
 
 
 def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor,
-               similarity: torch.Tensor, **em_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+               similarity: torch.Tensor | PoolScores, **em_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """One HNM step (PANM paper Eq. 18): ``(new N [C, n], failed [C])``.
 
     ``similarity`` must hold ``s_ij`` on ``M = C ∪ S``: a ``[C, n]`` matrix,

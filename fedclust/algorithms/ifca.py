@@ -176,14 +176,15 @@ class Ifca(Algorithm):
     paper_results = {("synthetic", None, 4): (60.42, 0.17)}
 
     @classmethod
-    def from_config(cls, cfg, facts: RunFacts) -> "Ifca":
+    def from_config(cls, cfg, facts: RunFacts) -> "Ifca":  # type: ignore[override]  # takes the run's facts (registry.build passes them to a from_config that names them)
         return cls(facts.init, cfg.ifca, cfg.participation)
 
     def _inits(self, ctx: Context, restart: int) -> torch.Tensor:
         return cluster_inits(ctx.w0, self.ifca.clusters, ctx.seed, self.init_model, restart).to(ctx.w0)
 
     def init(self, ctx: Context) -> IfcaState:
-        return IfcaState(models=self._inits(ctx, 0), assignment=torch.zeros(ctx.n, dtype=torch.int64, device=ctx.device))
+        return IfcaState(models=self._inits(ctx, 0),
+                         assignment=torch.zeros(ctx.n, dtype=torch.int64, device=ctx.device))
 
     def plan(self, state: IfcaState, ctx: Context, round_: int, models: torch.Tensor):
         """Every client (participant or not: IFCA's inference rule) starts from
@@ -214,7 +215,7 @@ class Ifca(Algorithm):
         and is evaluated with, the model of the cluster it chose."""
         K = state.models.shape[0]
         active = participants(ctx.seed, view.round, ctx.n, self.participation, ctx.device)
-        choice = view.all_labels.to(ctx.device)   # every client's choice, from the gather
+        choice = view.gathered_labels().to(ctx.device)   # every client's choice, from the gather
         models = cluster_average_rows(view, active, choice, K, state.models)
         received = active.to(torch.float64) * K
         new = IfcaState(models, choice, state.ended, state.objectives, state.picked)

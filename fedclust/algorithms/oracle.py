@@ -15,6 +15,9 @@ from fedclust.peers import PeerIndex
 def same_cluster_rows(ctx: Context):
     """``allowed(lo, hi)`` of :func:`fedclust.rng.choose_indices`: bool ``[hi - lo, n]``, True for
     rows lo..hi's true same-cluster peers (the client itself is left out by the draw)."""
+    if ctx.clusters is None:
+        raise ValueError("oracle draws its peers from the true clusters, which this data does not give "
+                         "(Oracle.check refuses such data)")
     clusters = ctx.clusters.to(ctx.device)
     own = clusters[ctx.client_ids.to(ctx.device)]
     return lambda lo, hi: own[lo:hi, None] == clusters[None, :]

@@ -9,12 +9,10 @@ What fedclust runs, its keys and its departures: docs/algorithms.md, "PANM".
 
 from __future__ import annotations
 
-import typing
-from typing import Literal
-
 import dataclasses
+import typing
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 
@@ -22,9 +20,15 @@ from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_r
 from fedclust.algorithms.cni import cni_pool, draw_candidates, top_k_of_pool
 from fedclust.algorithms.hnm import draw_average, hnm_draw, hnm_update
 from fedclust.algorithms.registry import register
-from fedclust.algorithms.similarity import (PoolScores, client0_similarity, loss_em_input, pool_similarity,
-                                            similarity_for)
+from fedclust.algorithms.similarity import (
+    PoolScores,
+    client0_similarity,
+    loss_em_input,
+    pool_similarity,
+    similarity_for,
+)
 from fedclust.errors import ConfigError
+from fedclust.peers import PeerIndex
 from fedclust.schema import at_least, option
 
 EmInput = Literal["neg_loss", "inverse"]
@@ -114,7 +118,7 @@ class PANM(PeerAlgorithm):
             similarity_round=0,
         )
 
-    def select(self, state: PanmState, ctx: Context, view: RoundView) -> tuple[PanmState, torch.Tensor]:
+    def select(self, state: PanmState, ctx: Context, view: RoundView) -> tuple[PanmState, torch.Tensor | PeerIndex]:
         t = view.round
         if t <= self.stage1_rounds:
             return self._stage_one(state, ctx, view)

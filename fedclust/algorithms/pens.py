@@ -9,11 +9,10 @@ docs/algorithms.md, "PENS".
 
 from __future__ import annotations
 
-import typing
-from typing import Literal
-
 import dataclasses
+import typing
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -41,8 +40,8 @@ class PensConfig:
         doc=("what counts toward PENS's fixed list: `reference` (top-`k` picks above `k·T1/(n−1) − 1`, "
             "as the PENS reference code), `selected` (picks above `ceil(T1·(l+k)/n)`, PANM paper's "
             "text) or `drawn_and_selected` (draws plus picks above `ceil(T1·(l+k)/n)`)"))
-    empty_list: PensEmptyList = option("last_topk", "what an empty fixed list becomes: last_topk (the last stage-one top "
-                                          "k) or alone (no peers, as the reference code)",
+    empty_list: PensEmptyList = option("last_topk", "what an empty fixed list becomes: last_topk (the last "
+                                                    "stage-one top k) or alone (no peers, as the reference code)",
         doc=("what an empty PENS list becomes: the last stage-one top-`k`, or `alone` (no peers, as the "
             "reference code)"))
     stage2_neighbours: int = option(0, "peers drawn from the fixed list each stage-two round, in [0, clients - 1]; "
@@ -98,7 +97,8 @@ def count_threshold(count: str, stage1_rounds: int, l: int, k: int, n: int) -> i
     return pens_threshold(stage1_rounds, l, k, n)
 
 
-def fixed_list(chosen: torch.Tensor, last_topk: torch.Tensor, empty_list: str = "last_topk") -> tuple[torch.Tensor, torch.Tensor]:
+def fixed_list(chosen: torch.Tensor, last_topk: torch.Tensor,
+               empty_list: str = "last_topk") -> tuple[torch.Tensor, torch.Tensor]:
     """``(list [C, n], empty [C])``: the peers ``chosen`` (bool ``[C, n]``,
     those counted more than the threshold); a row with none falls back to
     its last top k (``last_topk``, so the client does not fall silent) or
@@ -145,7 +145,7 @@ class PENS(PeerAlgorithm):
         return PensState(count_peers=peers, counts=counts, last_topk=no, fixed=no.clone(), formed=False,
                          fell_back=torch.zeros(C, dtype=torch.bool, device=dev), similarity_round=0)
 
-    def select(self, state: PensState, ctx: Context, view: RoundView) -> tuple[PensState, torch.Tensor]:
+    def select(self, state: PensState, ctx: Context, view: RoundView) -> tuple[PensState, torch.Tensor | PeerIndex]:
         t = view.round
         if t <= self.stage1_rounds:
             cand = draw_candidates(ctx.seed, t, ctx.client_ids.to(ctx.device), ctx.n, self.l)
@@ -156,7 +156,8 @@ class PENS(PeerAlgorithm):
                 peers, counts = add_mask(peers, counts, cand, self.count_width(ctx.n))
             new = dataclasses.replace(
                 state, count_peers=peers, counts=counts, last_topk=top, similarity_round=t, pool=cand,
-                similarity=pool_similarity(scores), similarity_client0=client0_similarity(scores, ctx.client_ids, ctx.n))
+                similarity=pool_similarity(scores),
+                similarity_client0=client0_similarity(scores, ctx.client_ids, ctx.n))
             return new, top
         if not state.formed:
             threshold = count_threshold(self.pens.count, self.stage1_rounds, self.l, self.k, ctx.n)

@@ -10,6 +10,7 @@ There is no list of names anywhere.
 from __future__ import annotations
 
 import inspect
+from typing import Any, Callable
 
 from fedclust import schema
 from fedclust.algorithms.base import Algorithm, RunFacts
@@ -67,5 +68,7 @@ def build(cfg, facts: RunFacts | None = None) -> Algorithm:
     if "facts" in inspect.signature(cls.from_config).parameters:
         if facts is None:
             raise ValueError(f"{cls.name} needs the run's facts (fedclust.config.run_facts(cfg))")
-        return cls.from_config(cfg, facts)
+        # the base's from_config takes cfg alone; this class's names facts too (checked above)
+        from_config: Callable[[Any, RunFacts], Algorithm] = getattr(cls, "from_config")
+        return from_config(cfg, facts)
     return cls.from_config(cfg)

@@ -33,9 +33,9 @@ import torch
 from fedclust import rng
 from fedclust.bench.reference import reference_train_round
 from fedclust.engine.layout import ParamLayout
-from fedclust.engine.train import TrainSettings, train_round
 from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.precision import apply_precision
+from fedclust.engine.train import TrainSettings, train_round
 from fedclust.models import build_model, is_user_model
 from fedclust.schema import PRECISIONS
 
@@ -230,8 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rows and clients (under a minute on a CPU)")
     parser.add_argument("--json", action="store_true", help="print a JSON list of records instead of a table")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the vectorized torch.func step (meant for GPUs; the MLP then "
-                        "uses the torch.func path instead of its hand-written backward)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the vectorized torch.func step (meant for GPUs; the MLP then uses the "
+                             "torch.func path instead of its hand-written backward)")
     parser.add_argument("--precision", choices=PRECISIONS, default="default",
                         help="the GPU arithmetic of products and convolutions, as the precision key of a run")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per row at most (median reported)")

@@ -62,6 +62,8 @@ def checkpoint_cost(config: str, clients: int, rounds: int, overrides: list[str]
         for _ in range(3):
             writer.write(state)
             costs.append(writer.last_cost)
+        if writer.last_path is None:
+            raise RuntimeError("checkpoint_cost: no checkpoint file was written (rank 0 writes it: run one process)")
         size = writer.last_path.stat().st_size
     round_s, cost = statistics.median(seconds[1:] or seconds), statistics.median(costs)
     interval = max(checkpoint.CHECKPOINT_SECONDS, 50 * cost)
@@ -92,9 +94,9 @@ def table(results: dict[str, dict[str, list[float]]]) -> str:
     for name in names:
         cells = [name]
         for s in ("stage1", "stage2"):
-            m = _median(results[name][s])
+            m, b = _median(results[name][s]), base[s]
             cells += ["" if m is None else f"{m:.3f}",
-                      "" if m is None or not base[s] else f"{m / base[s]:.2f}"]
+                      "" if m is None or not b else f"{m / b:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -35,7 +35,7 @@ the bytes of one client's data ((train + test) x (pixels x bytes + 8)):
 ones: the first are dropped before the second are made; for algorithms
 that choose by masks (``choice_masks``: PANM, PENS) the bool [C, n] masks of
 a round's neighbour choice, at most 8 bytes an entry together as
-bench/select_memory.py measures them, while Random, FixTopology and Oracle
+experiments/select_memory.py measures them, while Random, FixTopology and Oracle
 choose by index lists, C x k numbers; the gathered buffer and the copies that split it,
 which exist together in :func:`fedclust.dist.gather_parts`).  With
 ``exchange_mb`` (column blocks) the last term is one block,
@@ -66,8 +66,16 @@ from fedclust.algorithms import registry
 from fedclust.algorithms.similarity import POOL_BLOCK
 from fedclust.config import load_config
 from fedclust.data import dataset
-from fedclust.dist import (exchange_column_bytes, exchange_columns, gather_rows, import_fabric, make_fabric,
-                           measure_gathers, world_from_env)
+from fedclust.data.base import PoolDataSet
+from fedclust.dist import (
+    exchange_column_bytes,
+    exchange_columns,
+    gather_rows,
+    import_fabric,
+    make_fabric,
+    measure_gathers,
+    world_from_env,
+)
 from fedclust.models import model_spec, parameter_count
 
 MB = 2**20
@@ -124,13 +132,14 @@ def input_bytes(cfg) -> int:
     """Bytes a client keeps per input element: 1 for a pool of uint8 images (kept as stored, normalized when
     read: fedclust.data.base.StoredInputs), 4 (float32) otherwise."""
     ds = dataset(cfg.data)
-    if ds.kind_of(cfg.data) == "pool" and ds.raw(cfg.data).train_x.dtype == torch.uint8:
+    if (ds.kind_of(cfg.data) == "pool" and isinstance(ds, PoolDataSet)
+            and ds.raw(cfg.data).train_x.dtype == torch.uint8):
         return 1
     return 4
 
 
 # Bytes per [C, n] entry of the bool masks a round's neighbour choice holds at once (the kept state and the
-# round's draws), for algorithms that choose by masks (Algorithm.choice_masks: PANM, PENS): bench/select_memory.py
+# round's draws), for algorithms that choose by masks (Algorithm.choice_masks: PANM, PENS): experiments/select_memory.py
 # measured 6.7 (PENS) to 8.0 (PANMLoss) at 4,000-10,000 clients.  Index lists (Random, FixTopology, Oracle):
 # 0.4-0.8, counted as 0.
 MASK_BYTES = 8

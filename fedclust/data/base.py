@@ -227,7 +227,8 @@ class PoolDataSet(DataSet):
         if self.counts is not None:
             return self.counts
         raw, k = self.raw(cfg), self.num_classes(cfg)
-        return tuple(tuple(torch.bincount(y, minlength=k)[:k].tolist()) for y in (raw.train_y, raw.test_y))
+        train, test = (tuple(torch.bincount(y, minlength=k)[:k].tolist()) for y in (raw.train_y, raw.test_y))
+        return train, test
 
     def normalize(self, cfg: DataConfig, x: torch.Tensor) -> torch.Tensor:
         """Inputs [..., *shape] -> float32 divided by ``scale`` then normalized per channel (the channel is
@@ -324,7 +325,8 @@ class PoolDataSet(DataSet):
             raw.train_y, raw.test_y, num_clients, cfg.train_size, cfg.test_size, seed, cfg.share_images,
             num_classes=k,
         )
-        out = []
+        xs: list[torch.Tensor | StoredInputs] = []
+        ys: list[torch.Tensor] = []
         for images, labels, idx in ((raw.train_x, raw.train_y, train_idx), (raw.test_x, raw.test_y, test_idx)):
             x = images[idx[ids]].to(device)                          # [C, m, *shape] as stored
             y = labels[idx[ids]].to(device)
@@ -333,9 +335,10 @@ class PoolDataSet(DataSet):
             else:
                 y = swap_labels(y, held.to(device), cfg.num_clusters, k)
             x = x.contiguous()
-            out += [StoredInputs(x, functools.partial(self.normalize, cfg)) if x.dtype == torch.uint8
-                    else self.normalize(cfg, x).contiguous(), y.contiguous()]
-        train_x, train_y, test_x, test_y = out
+            xs.append(StoredInputs(x, functools.partial(self.normalize, cfg)) if x.dtype == torch.uint8
+                      else self.normalize(cfg, x).contiguous())
+            ys.append(y.contiguous())
+        (train_x, test_x), (train_y, test_y) = xs, ys
         return FederatedData(
             train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
             clusters=clusters.to(device), client_ids=ids.to(device),

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 # IDX type code -> big-endian numpy dtype
-IDX_DTYPES = {
+IDX_DTYPES: dict[int, np.dtype] = {
     0x08: np.dtype(">u1"),
     0x09: np.dtype(">i1"),
     0x0B: np.dtype(">i2"),

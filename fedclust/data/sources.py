@@ -76,8 +76,9 @@ def fmnist_folders(root: str | Path) -> list[Path]:
 
 def read_idx_folder(folder: Path) -> RawData | None:
     """The four IDX files of ``folder`` as RawData; None if any is missing."""
-    paths = {k: find_idx_file(folder, stem) for k, stem in FMNIST_FILES.items()}
-    if any(p is None for p in paths.values()):
+    found = {k: find_idx_file(folder, stem) for k, stem in FMNIST_FILES.items()}
+    paths = {k: p for k, p in found.items() if p is not None}
+    if len(paths) < len(found):
         return None
     t = {k: read_idx(p) for k, p in paths.items()}
     return RawData(
@@ -178,14 +179,15 @@ def _load_torchvision(cls_name: str, root: Path, download: bool, label: str) -> 
                         f"({err}); save its splits as an .npz and use data.name=npz") from err
     except Exception as err:  # RuntimeError when absent, URLError/OSError when offline
         raise _missing(label, [folder], err, how) from err
-    out = []
+    out: list[torch.Tensor] = []
     for ds in sets:
         if not (hasattr(ds, "data") and hasattr(ds, "targets")):
             raise DataError(f"data set '{label}': torchvision.datasets.{cls_name} has no .data and .targets; "
                             "save its splits as an .npz and use data.name=npz")
         x = as_nchw(torch.as_tensor(ds.data)).contiguous()    # uint8 for the image sets
         out += [x, torch.as_tensor(ds.targets, dtype=torch.int64)]
-    return RawData(*out, str(folder))
+    train_x, train_y, test_x, test_y = out
+    return RawData(train_x, train_y, test_x, test_y, str(folder))
 
 
 @functools.lru_cache(maxsize=8)

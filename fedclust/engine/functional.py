@@ -76,6 +76,8 @@ def dense_momentum_grads_(p: Params, bufs: Params, x: torch.Tensor, y: torch.Ten
         nxt = torch.bmm(delta, p[f"{layer}.weight"]).mul_(pre[k - 1] > 0) if k > 0 else None
         bufs[f"{layer}.weight"].baddbmm_(delta.transpose(1, 2), acts[k], beta=beta)
         bufs[f"{layer}.bias"].mul_(beta).add_(delta.sum(1))
+        if nxt is None:   # the input layer: done
+            break
         delta = nxt
     return losses
 

@@ -17,12 +17,26 @@ from fedclust.models.registry import builtin
 class Net(Protocol):
     """A model as the engine trains it, C clients at once on the rows of a ``[C, P]`` buffer."""
 
-    name: str
-    engine: str                               # "batched" (one computation for all clients) or "loop"
-    engine_label: str                         # what a run's summary calls it ("hand-written", "batched", "loop")
-    cpu_chunk: int | None                     # clients trained at once on a CPU; None: sized from memory
-    dense_layers: tuple[str, ...] | None      # a dense net's layers: the hand-written backward trains it
-    pool_losses: Callable[..., torch.Tensor] | None   # a hand-written pool-loss path, or None
+    # Read-only declarations (properties here, so that a class attribute satisfies them as well as an
+    # instance attribute: BuiltinModel declares them on the class, ModuleNet on the object).
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def engine(self) -> str: ...              # "batched" (one computation for all clients) or "loop"
+
+    @property
+    def engine_label(self) -> str: ...        # what a run's summary calls it ("hand-written", "batched", "loop")
+
+    @property
+    def cpu_chunk(self) -> int | None: ...    # clients trained at once on a CPU; None: sized from memory
+
+    @property
+    def dense_layers(self) -> tuple[str, ...] | None: ...   # a dense net's layers: the hand-written backward trains it
+
+    @property
+    def pool_losses(self) -> Callable[..., torch.Tensor] | None: ...   # a hand-written pool-loss path, or None
 
     def forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor: ...
 

@@ -29,13 +29,18 @@ clients, and no host synchronisation in the step loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch.func import grad
 
-from fedclust.engine.functional import (activation_bytes, batched_forward_fn, dense_momentum_grads_,
-                                        per_client_cross_entropy)
+from fedclust.engine.functional import (
+    activation_bytes,
+    batched_forward_fn,
+    dense_momentum_grads_,
+    per_client_cross_entropy,
+)
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.net import Arch, as_net
@@ -43,6 +48,25 @@ from fedclust.engine.net import Arch, as_net
 # Bytes of activations (plus weights, gradients, momentum) one chunk may use.
 CPU_EVAL_BYTES = 64 * 2**20
 GPU_MEMORY_SHARE = 4  # a quarter of the device memory
+
+
+class Inputs(Protocol):
+    """The clients' inputs ``x [C, N, *input]`` as the engine reads them: a tensor, or anything with its shape,
+    device and dtype that gives tensors when indexed (:class:`fedclust.data.base.StoredInputs`: uint8 images
+    normalized when read).  The engine reads the whole of it only by index (a chunk of clients, a batch)."""
+
+    @property
+    def shape(self) -> torch.Size: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    def element_size(self) -> int: ...
+
+    def __getitem__(self, index: Any) -> torch.Tensor: ...
 
 
 @dataclass
@@ -70,7 +94,8 @@ class TrainSettings:
         if self.backprop not in ("auto", "func"):
             raise ValueError(f"TrainSettings.backprop = {self.backprop!r}: use 'auto' or 'func'")
         if self.client_chunk < 0:
-            raise ValueError(f"TrainSettings.client_chunk = {self.client_chunk!r}: use 0 (automatic) or a positive count")
+            raise ValueError(f"TrainSettings.client_chunk = {self.client_chunk!r}: use 0 (automatic) or a "
+                             "positive count")
 
 
 def memory_budget(device: torch.device) -> int:
@@ -80,7 +105,7 @@ def memory_budget(device: torch.device) -> int:
     return CPU_EVAL_BYTES
 
 
-def train_chunk_size(arch: Arch, layout: ParamLayout, x: torch.Tensor, batch: int) -> int:
+def train_chunk_size(arch: Arch, layout: ParamLayout, x: Inputs, batch: int) -> int:
     """Clients trained at once: the model's ``cpu_chunk`` on a CPU (a
     built-in's, measured: small chunks keep each step's tensors cache-sized
     and below glibc's mmap threshold); else as many as fit
@@ -94,7 +119,7 @@ def train_chunk_size(arch: Arch, layout: ParamLayout, x: torch.Tensor, batch: in
     return max(1, memory_budget(x.device) // per_client)
 
 
-def eval_chunk_sizes(arch: Arch, x: torch.Tensor, rows: int, samples: int) -> tuple[int, int]:
+def eval_chunk_sizes(arch: Arch, x: Inputs, rows: int, samples: int) -> tuple[int, int]:
     """(rows, samples) per forward pass so that its activations fit :func:`memory_budget`."""
     per_sample = max(1, activation_bytes(arch, tuple(x.shape[2:]), x.element_size()))
     budget = memory_budget(x.device)
@@ -102,7 +127,7 @@ def eval_chunk_sizes(arch: Arch, x: torch.Tensor, rows: int, samples: int) -> tu
     return max(1, min(rows, budget // (per_sample * n))), n
 
 
-def _check_data(flat: torch.Tensor, layout: ParamLayout, x: torch.Tensor, y: torch.Tensor) -> None:
+def _check_data(flat: torch.Tensor, layout: ParamLayout, x: Inputs, y: torch.Tensor) -> None:
     if flat.dim() != 2 or flat.shape[1] != layout.numel:
         raise ValueError(f"flat must be [C, P={layout.numel}], got shape {tuple(flat.shape)}")
     if y.dim() != 2 or x.shape[:2] != y.shape:
@@ -289,12 +314,13 @@ def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[st
     steps = 0
     for xb, yb in _batches(x, y, orders, settings.batch_size):
         loss_sum += dense_momentum_grads_(params, bufs, xb, yb, settings.momentum if steps else 0.0, layers)
-        if anchor is not None and prox is None:  # proximal term: buf += mu * (w - anchor)
-            momentum.add_(flat, alpha=mu).add_(anchor, alpha=-mu)
-        elif anchor is not None:   # on the selected tensors' columns only
-            for k in prox:
-                cols = slice(layout.offsets[k], layout.offsets[k] + layout.sizes[k])
-                momentum[:, cols].add_(flat[:, cols], alpha=mu).add_(anchor[:, cols], alpha=-mu)
+        if anchor is not None:
+            if prox is None:   # proximal term: buf += mu * (w - anchor)
+                momentum.add_(flat, alpha=mu).add_(anchor, alpha=-mu)
+            else:              # on the selected tensors' columns only
+                for k in prox:
+                    cols = slice(layout.offsets[k], layout.offsets[k] + layout.sizes[k])
+                    momentum[:, cols].add_(flat[:, cols], alpha=mu).add_(anchor[:, cols], alpha=-mu)
         flat.add_(momentum, alpha=-settings.lr)  # w <- w - lr * buf, torch.optim.SGD
         steps += 1
     return loss_sum / steps
@@ -309,7 +335,7 @@ def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x
     batch gradient, and the same SGD step as the batched paths updates it;
     returns mean losses [C]."""
     module = net.module_on(flat.device)
-    params = list(module.parameters())
+    params: list[torch.Tensor] = list(module.parameters())
     losses = torch.empty(flat.shape[0], dtype=flat.dtype, device=flat.device)
     rows = torch.arange(x.shape[0], device=x.device)
     for c in range(flat.shape[0]):
@@ -339,6 +365,9 @@ def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.T
                  mu: float, counts: torch.Tensor | None = None, prox: tuple[int, ...] | None = None) -> torch.Tensor:
     net = as_net(arch)
     if net.engine == "loop":
+        if not isinstance(net, ModuleNet):
+            raise TypeError(f"model {net.name!r} declares engine 'loop', which trains an nn.Module one client at a "
+                            f"time: only a ModuleNet can (got {type(net).__name__})")
         return _train_chunk_loop(flat, layout, net, x, y, orders, settings, anchor, mu, counts, prox)
     if counts is not None:   # unequal clients: torch.func with per-sample weights and per-client steps
         return _train_chunk_masked(flat, layout, net, x, y, orders, settings, anchor, mu, counts, prox)
@@ -367,7 +396,7 @@ def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> 
     return anchor.expand_as(flat)
 
 
-def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
+def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, y: torch.Tensor,
                 orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None = None,
                 mu: float = 0.0, counts: torch.Tensor | None = None,
                 prox_layers: tuple[str, ...] | None = None, train: torch.Tensor | None = None) -> torch.Tensor:
@@ -429,15 +458,16 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Te
     client_chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
     # chunks of clients, each trained at once: slices (views, trained in place), or chunks of the rows that train
     # (copies of a chunk's weights and data, written back)
-    chunks = ([slice(c0, min(c, c0 + client_chunk)) for c0 in range(0, c, client_chunk)] if train is None
-              else [rows for rows in train.nonzero().flatten().to(flat.device).split(client_chunk) if rows.numel()])
-    for rows in chunks:
-        sub = flat[rows]
-        losses[rows] = _train_chunk(sub, layout, arch, x[rows], y[rows], orders[:, rows], settings,
-                                    None if anchor is None else anchor[rows], float(mu),
-                                    None if counts is None else counts[rows], prox)
+    chunks: list[slice] | list[torch.Tensor] = (
+        [slice(c0, min(c, c0 + client_chunk)) for c0 in range(0, c, client_chunk)] if train is None
+        else [rows for rows in train.nonzero().flatten().to(flat.device).split(client_chunk) if rows.numel()])
+    for chunk in chunks:
+        sub = flat[chunk]
+        losses[chunk] = _train_chunk(sub, layout, arch, x[chunk], y[chunk], orders[:, chunk], settings,
+                                     None if anchor is None else anchor[chunk], float(mu),
+                                     None if counts is None else counts[chunk], prox)
         if train is not None:
-            flat[rows] = sub
+            flat[chunk] = sub
     return losses
 
 
@@ -495,7 +525,7 @@ def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.T
     return correct, loss
 
 
-def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
+def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, y: torch.Tensor,
              chunk: int | None = None, counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Accuracy in [0, 1] and mean cross-entropy [C] of model c on its own
     x[c] [N, ...], y[c] (docs/algorithms.md; only its first counts[c] samples
@@ -519,7 +549,7 @@ def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tenso
     return acc, loss
 
 
-def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
+def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, y: torch.Tensor,
                 owner: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
     """Mean cross-entropy of models[m] [M, P] on the whole training set of
     client owner[m] (x [C, N, ...], y [C, N]; its first counts[owner[m]]

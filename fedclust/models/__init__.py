@@ -25,8 +25,16 @@ from fedclust.engine.module_net import ModuleNet
 from fedclust.errors import ConfigError
 from fedclust.models.base import BuiltinModel
 from fedclust.models.registry import MODELS, builtin, names, register, unknown_model
-from fedclust.models.user import (auto_engine, build_user, check_module, check_vmap, file_sha256,  # noqa: F401
-                                  is_user_model, model_source, user_factory)
+from fedclust.models.user import (  # noqa: F401
+    auto_engine,
+    build_user,
+    check_module,
+    check_vmap,
+    file_sha256,
+    is_user_model,
+    model_source,
+    user_factory,
+)
 
 __all__ = ["BuiltinModel", "MODELS", "register", "names", "builtin", "build_model", "check_input", "make_net",
            "model_record", "default_arch", "model_spec", "model_name", "parameter_count", "initial_weights",

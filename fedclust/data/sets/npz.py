@@ -69,7 +69,17 @@ class Arrays(NamedTuple):
 
     @property
     def num_clients(self) -> int:
-        return int(max(int(self.client_train.max()), int(self.client_test.max()))) + 1 if self.natural else 0
+        if not self.natural:
+            return 0
+        client_train, client_test = self.owners()
+        return int(max(int(client_train.max()), int(client_test.max()))) + 1
+
+    def owners(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(client_train, client_test)``: the client of every example, of a file in the natural form."""
+        if self.client_train is None or self.client_test is None:
+            raise ValueError(f"{self.source}: no client_train and client_test arrays (not a file of clients of "
+                             "its own), so no example has a client")
+        return self.client_train, self.client_test
 
 
 def _bad(path: str, what: str, fix: str) -> DataError:
@@ -286,8 +296,9 @@ class Npz(PoolDataSet):
         n = a.num_clients
         row_of = torch.full((n,), -1, dtype=torch.int64)
         row_of[ids] = torch.arange(len(ids))
+        owner_train, owner_test = a.owners()
         out, counts = [], []
-        for x, y, owner in ((a.train_x, a.train_y, a.client_train), (a.test_x, a.test_y, a.client_test)):
+        for x, y, owner in ((a.train_x, a.train_y, owner_train), (a.test_x, a.test_y, owner_test)):
             count = torch.bincount(owner, minlength=n)                      # [n] over all clients
             width = int(count.max())
             order = torch.argsort(owner, stable=True)                       # the file's order within a client
