@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def _load(name):

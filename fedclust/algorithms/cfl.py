@@ -3,6 +3,10 @@
 cluster, starting with one; a cluster splits in two when its updates pass the
 norm test and the bipartition test, so the number of clusters is found, not
 given.  What fedclust runs, its keys and why: docs/algorithms.md, "CFL".
+
+Paper: F. Sattler, K.-R. Müller, W. Samek, "Clustered Federated Learning: Model-Agnostic Distributed
+Multitask Optimization Under Privacy Constraints", IEEE TNNLS 32(8), 2021,
+https://arxiv.org/abs/1910.01991
 """
 
 from __future__ import annotations

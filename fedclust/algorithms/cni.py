@@ -6,6 +6,10 @@ clients; its neighbours are the k with the highest similarity among
 ``C_i ∪ N_i^{t-1}`` (round 1: among ``C_i``).  PENS's stage one (Eq. 7) is
 the same top-k without the previous neighbours.  Pure functions on bool
 masks ``[C, n]`` and similarity matrices ``[C, n]``.
+
+Paper: Z. Li, J. Lu, S. Luo, D. Zhu, Y. Shao, Y. Li, Z. Zhang, C. Wu, "Mining Latent Relationships
+among Clients: Peer-to-peer Federated Learning with Adaptive Neighbor Matching",
+https://arxiv.org/abs/2203.12285
 """
 
 from __future__ import annotations

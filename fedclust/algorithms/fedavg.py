@@ -4,6 +4,9 @@ their trained models; FedProx (``fedprox.py``) adds a proximal term.  The
 rules every centralized method shares (participation, data sizes, traffic):
 docs/algorithms.md, "Centralized rivals: common rules"; their averaging math:
 :mod:`fedclust.algorithms.aggregation`.
+
+Paper: H. B. McMahan, E. Moore, D. Ramage, S. Hampson, B. Agüera y Arcas, "Communication-Efficient
+Learning of Deep Networks from Decentralized Data", AISTATS 2017, https://arxiv.org/abs/1602.05629
 """
 
 from __future__ import annotations

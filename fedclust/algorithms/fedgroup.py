@@ -6,6 +6,9 @@ updates (Algorithms 3-4, Eq. 7-9), newcomers join the nearest group (Eq. 10),
 and groups train as FedAvg/FedProx inside, then pull on each other
 (Algorithm 2).  What fedclust runs, its keys, and where it follows the authors'
 code (GrouProx) rather than the paper's text: docs/algorithms.md, "FedGroup".
+
+Paper: M. Duan, D. Liu, X. Ji, R. Liu, L. Liang, X. Chen, Y. Tan, "FedGroup: Efficient Clustered
+Federated Learning via Decomposed Data-Driven Measure", https://arxiv.org/abs/2010.06870
 """
 
 from __future__ import annotations

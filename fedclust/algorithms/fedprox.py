@@ -1,6 +1,10 @@
 """FedProx (Li et al., MLSys 2020; FedGroup paper Eq. 3): FedAvg whose
 clients minimise ``F_k(w) + μ/2 ‖w − w^t‖²``, so ``μ (w − w^t)`` is added to
-every local gradient (by the engine's local SGD); ``μ = 0`` is FedAvg."""
+every local gradient (by the engine's local SGD); ``μ = 0`` is FedAvg.
+
+Paper: T. Li, A. K. Sahu, M. Zaheer, M. Sanjabi, A. Talwalkar, V. Smith, "Federated Optimization in
+Heterogeneous Networks", MLSys 2020, https://arxiv.org/abs/1812.06127
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
 """FixTopology (PANM paper §4): k peers drawn uniformly once (the round-0
-key of the "fixed" stream), kept for the whole run."""
+key of the "fixed" stream), kept for the whole run.
+
+Paper (the PANM paper's baseline): Z. Li, J. Lu, S. Luo, D. Zhu, Y. Shao, Y. Li, Z. Zhang, C. Wu,
+"Mining Latent Relationships among Clients: Peer-to-peer Federated Learning with Adaptive Neighbor
+Matching", https://arxiv.org/abs/2203.12285
+"""
 
 from __future__ import annotations
 

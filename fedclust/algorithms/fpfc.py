@@ -4,6 +4,10 @@ the server algorithm ``fpfc``: ADMM on ``Σ_i f_i(ω_i) + 1/(2m) Σ_{i,j}
 g(‖ω_i − ω_j‖, λ)`` with g the SCAD penalty, over the pairwise differences
 ``θ_ij = ω_i − ω_j``; clients whose ``‖θ_ij‖ ≤ ν`` share a cluster.  What
 fedclust runs, its keys and why: docs/algorithms.md, "FPFC".
+
+Paper: X. Yu, Z. Liu, Y. Sun, W. Wang, "Clustered Federated Learning based on Nonconvex Pairwise
+Fusion", https://arxiv.org/abs/2211.04218 (AAAI 2023 student abstract: "Clustered Federated Learning
+for Heterogeneous Data")
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ Every round of stage two averages with k neighbours drawn uniformly from
 ``N_i`` (all of them if fewer).
 
 The EM is batched over clients: values ``y [C, m]`` with a validity mask.
+
+Paper: Z. Li, J. Lu, S. Luo, D. Zhu, Y. Shao, Y. Li, Z. Zhang, C. Wu, "Mining Latent Relationships
+among Clients: Peer-to-peer Federated Learning with Adaptive Neighbor Matching",
+https://arxiv.org/abs/2203.12285
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ its keys and why: docs/algorithms.md, "IFCA".
 
 Shapes: client models ``[C, P]``, cluster models ``[K, P]``, losses
 ``[C, K]``, assignments int64 ``[C]``.
+
+Paper: A. Ghosh, J. Chung, D. Yin, K. Ramchandran, "An Efficient Framework for Clustered Federated
+Learning", NeurIPS 2020, https://arxiv.org/abs/2006.04088
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Local (PANM paper §4): every client trains alone and never averages."""
+"""Local (PANM paper §4): every client trains alone and never averages.
+
+Paper (the PANM paper's baseline): Z. Li, J. Lu, S. Luo, D. Zhu, Y. Shao, Y. Li, Z. Zhang, C. Wu,
+"Mining Latent Relationships among Clients: Peer-to-peer Federated Learning with Adaptive Neighbor
+Matching", https://arxiv.org/abs/2203.12285
+"""
 
 from __future__ import annotations
 

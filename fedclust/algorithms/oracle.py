@@ -1,5 +1,10 @@
 """Oracle (PANM paper §4): k peers drawn uniformly from the client's true
-same-cluster peers, anew each round."""
+same-cluster peers, anew each round.
+
+Paper (the PANM paper's baseline): Z. Li, J. Lu, S. Luo, D. Zhu, Y. Shao, Y. Li, Z. Zhang, C. Wu,
+"Mining Latent Relationships among Clients: Peer-to-peer Federated Learning with Adaptive Neighbor
+Matching", https://arxiv.org/abs/2203.12285
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,10 @@ with the new list; stage two starts from the last stage-one list, updates it
 with HNM (``hnm.py``) every τ rounds, and averages with k neighbours drawn
 from it.  The two variants differ in the similarity (``similarity.py``).
 What fedclust runs, its keys and its departures: docs/algorithms.md, "PANM".
+
+Paper: Z. Li, J. Lu, S. Luo, D. Zhu, Y. Shao, Y. Li, Z. Zhang, C. Wu, "Mining Latent Relationships
+among Clients: Peer-to-peer Federated Learning with Adaptive Neighbor Matching",
+https://arxiv.org/abs/2203.12285
 """
 
 from __future__ import annotations

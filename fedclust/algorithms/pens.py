@@ -5,6 +5,9 @@ fresh candidates by loss similarity and counts whom it picks; after T1 the
 peers picked often enough form a fixed list it draws from.  What fedclust
 runs, what counts (``pens.count``), and where the reference code differs:
 docs/algorithms.md, "PENS".
+
+Paper: N. Onoszko, G. Karlsson, O. Mogren, E. Listo Zec, "Decentralized federated learning of deep
+neural networks on non-iid data", ICML 2021 FL workshop, https://arxiv.org/abs/2107.08517
 """
 
 from __future__ import annotations

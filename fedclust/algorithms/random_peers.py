@@ -1,5 +1,10 @@
 """Random (PANM paper §4): each round every client averages with k peers
-drawn uniformly from all others, anew each round."""
+drawn uniformly from all others, anew each round.
+
+Paper (the PANM paper's baseline): Z. Li, J. Lu, S. Luo, D. Zhu, Y. Shao, Y. Li, Z. Zhang, C. Wu,
+"Mining Latent Relationships among Clients: Peer-to-peer Federated Learning with Adaptive Neighbor
+Matching", https://arxiv.org/abs/2203.12285
+"""
 
 from __future__ import annotations
 
