@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator, Literal, Protocol, Union
 
 import torch
 
@@ -25,6 +25,19 @@ from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
 from fedclust.peers import PeerIndex, peer_counts
 from fedclust.schema import check_choices
+
+Choice = Union[torch.Tensor, PeerIndex]   # a neighbour choice: a bool [C, n] mask, or index lists
+State = Any    # an algorithm's own state: a dataclass of its choosing (client_rows, round_only fields), or None
+
+
+class ColumnReader(Protocol):
+    """The round's models in column blocks (:class:`fedclust.dist.ColumnBlocks`), as
+    :meth:`RoundView.blocks` reads them."""
+
+    width: int                              # P, the columns of a model
+    parts: dict[str, torch.Tensor]          # this rank's own [C, P] parts ("after", "before"), gathered per block
+
+    def blocks(self, names: tuple[str, ...] = ...) -> Iterator[tuple[int, int, dict[str, torch.Tensor]]]: ...
 
 
 def _no_memory() -> tuple[int, str]:
@@ -99,8 +112,8 @@ class RoundView:
     all_after: torch.Tensor | None = None   # [n, P] every client's model after local training (None: in blocks)
     all_before: torch.Tensor | None = None  # [n, P], only if the algorithm sets gathers_before (None: in blocks)
     all_labels: torch.Tensor | None = None  # [n] int64 every client's RoundPlan.labels (gathers_labels only)
-    # The exchange in column blocks (fedclust.dist.ColumnBlocks: .width, .blocks(names), .parts); None: whole.
-    columns: Any = None
+    # The exchange in column blocks (config exchange_mb); None: the models came whole.
+    columns: ColumnReader | None = None
 
     @property
     def whole(self) -> bool:
@@ -176,8 +189,8 @@ class RoundResult:
     with), and what the metrics need."""
 
     models: torch.Tensor                        # [C, P] each own client's model after the round
-    lists: Any = None         # neighbour lists (peer-to-peer) for precision/recall: [C, n] bool or a PeerIndex
-    averaged: Any = None      # whom each own client averaged with this round: [C, n] bool or a PeerIndex
+    lists: Choice | None = None      # neighbour lists (peer-to-peer) scored by precision/recall; None: no lists
+    averaged: Choice | None = None   # whom each own client averaged with this round (stage-one counts)
     assignment: torch.Tensor | None = None      # [n] long cluster of every client (centralized), replicated
     received: torch.Tensor | None = None        # [C] models each own client received this round
     server_received: int = 0                    # models the server received this round (0: no server)
@@ -242,75 +255,95 @@ def split_state(state) -> tuple[dict, dict]:
 class Algorithm:
     """One algorithm: subclass, declare, register (:func:`fedclust.algorithms.registry.register`).
 
-    Declared (class attributes, read by the config checks, the runner, the
-    figures and the report; none is a name in a central list):
+    The contract, in the order the run calls it:
 
-    - ``name``: the ``algorithm.name`` that selects it.
-    - ``sections``: ``{section name: dataclass}`` of its config keys; each
-      field is declared once there (:func:`fedclust.schema.option`: default
-      and meaning), and ``validate(self, cfg)`` is its one check, raising
-      ConfigError with the real key (``fpfc.lam``).  A section may be shared
-      by name.  :meth:`from_config` hands the object the section instances
-      themselves, which it holds under the section's name and reads as
-      ``self.fpfc.lam``: no copy of a key, no second check.
-    - ``needs_k``, ``needs_l``, ``needs_stages``: it uses ``algorithm.k``,
-      ``algorithm.l``, a stage one of ``stage1_rounds`` rounds.
-    - ``keeps_k_of_l``: each round it draws l candidates and keeps the top k
-      of them, so it needs ``l >= k``.
-    - ``gathers_before``: the round's gather also carries the models before
-      local training (``view.all_before``).
-    - ``gathers_labels``: its :meth:`plan` gives ``labels``, a number per
-      client that the gather carries as one more column (``view.all_labels``).
-    - ``column_exchange``: its :meth:`aggregate` can read the gathered models
-      in column blocks (``view.columns``, config ``exchange_mb``), never
-      needing a whole model of another client.
-    - ``topology``: "peer" (clients average with peers) or "server".
-    - ``choice_masks``: its round's neighbour choice holds bool ``[C, n]``
-      masks (PANM, PENS: lists that may hold a whole cluster); False for
-      index lists of a few peers (:class:`fedclust.peers.PeerIndex`) or
-      none.  The growth law of ``fedclust bench-scale`` reads it.
-    - ``stage_one_figures``: stage-one similarity and precision figures apply.
-    - ``paper_results``: ``{(data, cluster kind or None, clusters): (mean, std)}``
-      accuracy a paper reports, and ``report_position``, its row in
-      ``fedclust report``'s table.
+    1. :meth:`check` (and :meth:`check_run`) refuse a config the algorithm
+       cannot run with, before any data is read or process group starts;
+    2. :meth:`from_config` builds the object from the validated config;
+    3. :meth:`init` gives the state before round 1 (or :meth:`load_state_dict`
+       the state of a checkpoint);
+    4. each round, on every process: :meth:`plan` (what each client trains
+       from) -> the engine trains, and the round's one gather runs ->
+       :meth:`aggregate` (what each client holds after the round);
+    5. when a round is evaluated: :meth:`extra_accuracy`; at a checkpoint:
+       :meth:`state_dict`.
 
-    The round: :meth:`init` the state, then each round :meth:`plan` (what
-    each client trains from) and :meth:`aggregate` (after the gather).
-    State is a dataclass whose per-client fields are :func:`client_rows`,
-    or None; :meth:`state_dict` / :meth:`load_state_dict` save and restore it.
+    An algorithm never touches the transport: every client's models come in
+    the :class:`RoundView` (:meth:`RoundView.blocks`), a sum over processes
+    is ``ctx.all_reduce``, and what it needs of the model or the machine is
+    in :class:`RunFacts`.  Every method runs on every process with that
+    process's clients (``ctx.client_ids``, C of them) and must give every
+    process the same server state: draws come from :mod:`fedclust.rng`,
+    keyed on (seed, round, client).
+
+    Its declarations, class attributes read by the config checks, the
+    runner, the figures and the report (none is a name in a central list),
+    are typed and explained where they are declared, below.
     """
 
+    # The `algorithm.name` that selects it.
     name: ClassVar[str] = ""
-    sections: ClassVar[dict] = {}
+    # {section name: dataclass} of its config keys.  Each field is declared once there (fedclust.schema.option:
+    # default, meaning, Literal choices), and the dataclass's validate(self, cfg) is its one check, raising
+    # ConfigError with the real key ("fpfc.lam").  A section may be shared by name.  from_config hands the object
+    # the section instances themselves, held under the section's name and read as self.fpfc.lam.
+    sections: ClassVar[dict[str, type]] = {}
+    # It uses algorithm.k / algorithm.l / a stage one of stage1_rounds rounds (checked by check).
     needs_k: ClassVar[bool] = False
     needs_l: ClassVar[bool] = False
     needs_stages: ClassVar[bool] = False
+    # Each round it draws l candidates and keeps the top k of them, so it needs l >= k.
     keeps_k_of_l: ClassVar[bool] = False
+    # The round's gather also carries the models before local training (view.all_before): twice the exchange.
+    # (An instance attribute: a plug-in may set it from its config.)
     gathers_before: bool = False
+    # Its plan gives labels, a number per client below 2^24 that the gather carries as one more column
+    # (view.all_labels: a client's cluster, say).
     gathers_labels: ClassVar[bool] = False
+    # Its aggregate reads the gathered models only through view.blocks, never a whole model of another client,
+    # so the exchange may come in column blocks (config exchange_mb).
     column_exchange: ClassVar[bool] = False
-    topology: ClassVar[str] = "server"
+    # "peer": clients average with peers (PeerAlgorithm); "server": a server aggregates.
+    topology: ClassVar[Literal["peer", "server"]] = "server"
+    # Its round's neighbour choice holds bool [C, n] masks (PANM, PENS: lists that may hold a whole cluster);
+    # False for index lists of a few peers (PeerIndex) or none.  The growth law of fedclust bench-scale reads it.
     choice_masks: ClassVar[bool] = False
+    # Stage-one similarity and precision figures apply (its state keeps similarity_client0).
     stage_one_figures: ClassVar[bool] = False
-    paper_results: ClassVar[dict] = {}
-    report_position: ClassVar[float] = 1000.0   # where fedclust report's table lists it (lower first)
-    # record keys of :meth:`extra_accuracy`, each in every evaluated round's record (null where the method gives
-    # none) and, as ``final_<key>``, in summary.json; none by default (the record is unchanged)
+    # {(data, cluster kind or None, clusters): (mean, std)}: the accuracy a paper reports, which fedclust report
+    # prints beside the run's; report_position: its row in that table (lower first).
+    paper_results: ClassVar[dict[tuple[str, str | None, int], tuple[float, float]]] = {}
+    report_position: ClassVar[float] = 1000.0
+    # Record keys of extra_accuracy, each in every evaluated round's record (null where the method gives none)
+    # and, as final_<key>, in summary.json; none by default (the record is unchanged).
     extra_accuracies: ClassVar[tuple[str, ...]] = ()
-    validation_key: ClassVar[str] = ""   # the config key of validation_share, named by the errors about it
+    # The config key of validation_share, named by the errors about it.
+    validation_key: ClassVar[str] = ""
 
     @classmethod
     def from_config(cls, cfg) -> "Algorithm":
-        """The algorithm object for a validated config (:meth:`check` has passed):
-        its sections as they are, the core keys it uses as values.  One that
-        needs the model (its layout, its init) or the run's processes takes a
-        second parameter, ``facts`` (:class:`RunFacts`), and gets them."""
+        """Build the algorithm for a run.
+
+        Parameters: ``cfg``, the validated config (:meth:`check` has
+        passed); one that needs the model (its layout, its default init) or
+        the run's processes takes a second parameter, ``facts``
+        (:class:`RunFacts`), and gets them.
+
+        Returns the algorithm object holding its sections as they are and the
+        core keys it uses as values.  It keeps no per-run tensors: those
+        belong in the state (:meth:`init`)."""
         raise NotImplementedError(f"{cls.__name__} must define from_config(cfg)")
 
     @classmethod
     def check(cls, cfg) -> None:
-        """Refuse a config this algorithm cannot run with: its declared needs
-        and its sections' own checks.  Override to add more (call super)."""
+        """Refuse a config this algorithm cannot run with, before anything starts.
+
+        Parameters: ``cfg``, the parsed config (core keys already checked).
+
+        Raises :class:`fedclust.errors.ConfigError` naming the key, the value
+        and the fix.  The default checks the declared needs (``needs_k``,
+        ``needs_l``, ``keeps_k_of_l``, ``needs_stages``), then each section's
+        choices and ``validate``; override to add more (call super)."""
         a, n = cfg.algorithm, cfg.clients
         if cls.needs_k:
             if a.k < 1:
@@ -338,20 +371,51 @@ class Algorithm:
 
     @classmethod
     def check_run(cls, cfg, facts: RunFacts) -> None:
-        """Refuse a config whose run cannot fit this machine (its model and
-        processes: ``facts``), before any data is read; default: nothing."""
+        """Refuse a config whose run cannot fit this machine, before any data is read.
+
+        Parameters: ``cfg``, the validated config; ``facts``, the model and
+        the processes (:class:`RunFacts`).  Raises ConfigError (FPFC: its
+        pairwise state would not fit the free memory).  Default: nothing."""
 
     # -- the round -------------------------------------------------------
 
-    def init(self, ctx: Context) -> Any:
-        """The state before round 1 (None: stateless)."""
+    def init(self, ctx: Context) -> State:
+        """The state before round 1.
+
+        Parameters: ``ctx``, this process's facts (:class:`Context`).
+
+        Returns a dataclass whose per-client fields are :func:`client_rows`
+        (``[C, ...]``, this process's clients), fields read only in the round
+        that sets them :func:`round_only`, the others server state, the same
+        on every process; or None (stateless)."""
         return None
 
-    def plan(self, state: Any, ctx: Context, round_: int, models: torch.Tensor) -> tuple[Any, "RoundPlan"]:
-        """What each of this rank's clients trains from; default: the models it holds."""
+    def plan(self, state: State, ctx: Context, round_: int, models: torch.Tensor) -> tuple[State, "RoundPlan"]:
+        """What each of this process's clients trains from in round ``round_`` (1-based).
+
+        Parameters: ``state``, the state after the last round; ``ctx``;
+        ``round_``; ``models`` ``[C, P]``, what the clients hold.
+
+        Returns (the new state, a :class:`RoundPlan`: the models training
+        starts from, a proximal centre and weight, the clients that train,
+        the labels the gather carries).  Default: every client trains the
+        model it holds."""
         return state, RoundPlan(start=models)
 
-    def aggregate(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, "RoundResult"]:
+    def aggregate(self, state: State, ctx: Context, view: RoundView) -> tuple[State, "RoundResult"]:
+        """What each of this process's clients holds after the round.
+
+        Parameters: ``state`` (after :meth:`plan`); ``ctx``; ``view``, what
+        the round's one gather makes visible (:class:`RoundView`: this
+        process's models before and after training, every client's through
+        :meth:`RoundView.blocks`, and the gathered labels).
+
+        Returns (the new state, a :class:`RoundResult`: the ``[C, P]`` models
+        the clients hold and are evaluated with, and what the metrics need:
+        neighbour lists or a cluster assignment, the models received).  A
+        server algorithm builds it with :func:`server_result`; a
+        :class:`PeerAlgorithm` defines :meth:`PeerAlgorithm.select`
+        instead."""
         raise NotImplementedError(f"{type(self).__name__} must define aggregate (or derive from PeerAlgorithm)")
 
     # -- data and evaluation hooks ---------------------------------------
@@ -363,7 +427,7 @@ class Algorithm:
         on); 0 by default: every example trains."""
         return 0.0
 
-    def extra_accuracy(self, state: Any, ctx: Context, data: Any, models: torch.Tensor, accuracy: torch.Tensor,
+    def extra_accuracy(self, state: State, ctx: Context, data: Any, models: torch.Tensor, accuracy: torch.Tensor,
                        score: Callable) -> dict[str, torch.Tensor]:
         """More test accuracies of this rank's clients for an evaluated round:
         ``{key in extra_accuracies: [C] accuracy in [0, 1]}`` (a key left out
@@ -376,15 +440,26 @@ class Algorithm:
 
     # -- checkpoints -----------------------------------------------------
 
-    def state_dict(self, state: Any) -> dict:
-        """``{"clients": {field: [C, ...] rows}, "server": {field: value}}``."""
+    def state_dict(self, state: State) -> dict:
+        """The state as a checkpoint saves it.
+
+        Returns ``{"clients": {field: [C, ...] rows}, "server": {field:
+        value}}``: the checkpoint gathers the rows of every process in
+        global client order and saves the server state once.  Default: the
+        state dataclass's fields as :func:`client_rows` marks them."""
         rows, server = split_state(state)
         return {"clients": rows, "server": server}
 
-    def load_state_dict(self, ctx: Context, saved: dict) -> Any:
-        """The state from :meth:`state_dict`'s output with this rank's rows
-        (``saved["clients"]`` already holds only ``ctx.client_ids``' rows, on
-        ``ctx.device``)."""
+    def load_state_dict(self, ctx: Context, saved: dict) -> State:
+        """The state of a checkpoint, on a run of any number of processes.
+
+        Parameters: ``ctx``; ``saved``, :meth:`state_dict`'s output in
+        today's form (:func:`fedclust.upgrade.checkpoint` has converted an
+        older one), ``saved["clients"]`` holding only ``ctx.client_ids``'
+        rows, on ``ctx.device``.
+
+        Returns the state; refuses (ValueError) a field the state does not
+        know."""
         template = self.init(ctx)
         if template is None:
             return None
@@ -421,25 +496,31 @@ class PeerAlgorithm(Algorithm):
     the models of every peer it averages with and of every peer whose
     similarity it computes (:meth:`contacted`)."""
 
-    topology: ClassVar[str] = "peer"
+    topology: ClassVar[Literal["peer", "server"]] = "peer"
     choice_masks: ClassVar[bool] = True   # a select that returns a PeerIndex sets False
     column_exchange = True   # the gossip average is column by column; a select reading whole models sets False
 
-    def select(self, state: Any, ctx: Context, view: RoundView) -> tuple[Any, Any]:
-        """New state and whom each client averages with this round: a bool [C, n]
-        mask, or a :class:`fedclust.peers.PeerIndex` (no [C, n] table)."""
+    def select(self, state: State, ctx: Context, view: RoundView) -> tuple[State, Choice]:
+        """Whom each of this process's clients averages with this round.
+
+        Parameters: ``state``; ``ctx``; ``view`` (:meth:`Algorithm.aggregate`).
+
+        Returns (the new state, the choice: a bool ``[C, n]`` mask, or a
+        :class:`fedclust.peers.PeerIndex` of a few peers each, never the
+        client itself).  The gossip average of the chosen peers' models and
+        the client's own is done for it."""
         raise NotImplementedError(f"{type(self).__name__} must define select")
 
-    def neighbor_list(self, state: Any, averaged: Any) -> Any:
+    def neighbor_list(self, state: State, averaged: Choice) -> Choice:
         """The neighbour list scored by precision and recall (either form); default: this round's ``averaged``."""
         return averaged
 
-    def contacted(self, state: Any, round_: int) -> torch.Tensor | None:
+    def contacted(self, state: State, round_: int) -> torch.Tensor | None:
         """Bool [C, n]: peers whose models a client fetched this round beyond
         those it averages with (e.g. to rank candidates); default: none."""
         return None
 
-    def aggregate(self, state: Any, ctx: Context, view: RoundView):
+    def aggregate(self, state: State, ctx: Context, view: RoundView) -> tuple[State, RoundResult]:
         state, averaged = self.select(state, ctx, view)
         view.drop_before()
         own_ids = ctx.client_ids

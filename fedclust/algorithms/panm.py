@@ -20,7 +20,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows, round_only
+from fedclust.algorithms.base import Choice, Context, PeerAlgorithm, RoundView, client_rows, round_only
 from fedclust.algorithms.cni import cni_pool, draw_candidates, top_k_of_pool
 from fedclust.algorithms.hnm import draw_average, hnm_draw, hnm_update
 from fedclust.algorithms.registry import register
@@ -158,7 +158,7 @@ class PANM(PeerAlgorithm):
         return dict(similarity_round=round_, pool=pool, similarity=pool_similarity(scores),
                     similarity_client0=client0_similarity(scores, ctx.client_ids, ctx.n))
 
-    def neighbor_list(self, state: PanmState, averaged: torch.Tensor) -> torch.Tensor:
+    def neighbor_list(self, state: PanmState, averaged: Choice) -> torch.Tensor:
         return state.neighbors
 
     def contacted(self, state: PanmState, round_: int) -> torch.Tensor | None:

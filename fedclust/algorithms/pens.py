@@ -19,7 +19,7 @@ from typing import Literal
 
 import torch
 
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows, round_only
+from fedclust.algorithms.base import Choice, Context, PeerAlgorithm, RoundView, client_rows, round_only
 from fedclust.algorithms.cni import draw_candidates, top_k_of_pool
 from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_counts
 from fedclust.algorithms.registry import register
@@ -176,6 +176,6 @@ class PENS(PeerAlgorithm):
             return None
         return state.pool
 
-    def neighbor_list(self, state: PensState, averaged: torch.Tensor) -> torch.Tensor:
+    def neighbor_list(self, state: PensState, averaged: Choice) -> torch.Tensor:
         """Stage one: this round's top k; stage two: the fixed list."""
         return state.fixed if state.formed else state.last_topk
