@@ -52,7 +52,7 @@ class StopRequest:
 
     SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.signal: int | None = None
         self.phase: Phase = "starting"
         self.started = time.time()   # when the run began (begin)
