@@ -23,6 +23,7 @@ from fedclust.importing import import_target
 from fedclust.models import check_input, initial_weights, is_user_model, make_net, model_spec
 from fedclust.models.registry import aliases as model_aliases
 from fedclust.models.registry import names as model_names
+from fedclust.network import read_edge_list
 from fedclust.schema import (  # noqa: F401
     SECTIONS,
     AlgorithmConfig,
@@ -83,6 +84,7 @@ def validate(cfg: Config) -> None:
     algorithm = registry.get(cfg.algorithm.name)
     algorithm.check(cfg)
     check_exchange(cfg, algorithm)
+    check_network(cfg, algorithm)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", "cuda", "no CUDA device is visible here; use device=cpu or device=auto")
     check_data(cfg.data, cfg.clients)   # data-set plugins were imported with the algorithms' (load_algorithms)
@@ -108,6 +110,44 @@ def run_facts(cfg: Config) -> RunFacts:
     local, nodes = world_from_env()
     return RunFacts(layout=layout, init=lambda seed: initial_weights(arch, shape, classes, seed)[1],
                     world=local * nodes, ranks_per_node=local, free_memory=lambda: available_memory(cfg.device))
+
+
+def check_network(cfg: Config, algorithm) -> None:
+    """A graph other than ``complete`` fits the run: a peer-to-peer
+    algorithm, a graph of this many clients (a file's read and checked
+    now), and neighbours enough for the k a client averages with."""
+    net, n = cfg.network, cfg.clients
+    if net.graph == "complete":
+        return
+    if algorithm.topology != "peer":
+        raise ConfigError("network.graph", net.graph, f"{cfg.algorithm.name} talks to a server, not to peers: a "
+                          "communication graph applies to peer-to-peer algorithms; use network.graph=complete")
+    k = cfg.algorithm.k if algorithm.needs_k else 1
+    if net.graph in ("regular", "small_world"):
+        if not net.degree < n:
+            raise ConfigError("network.degree", net.degree, f"must be below clients = {n}")
+        if net.graph == "regular" and (n * net.degree) % 2:
+            raise ConfigError("network.degree", net.degree, f"a {net.degree}-regular graph of {n} clients does not "
+                              "exist (clients x degree must be even); choose an even degree")
+        if net.graph == "small_world" and (net.degree % 2 or net.degree < 2):
+            raise ConfigError("network.degree", net.degree, "a small_world graph joins each client to its degree/2 "
+                              "nearest on each side of a ring: choose an even degree >= 2")
+        if net.degree < k:
+            raise ConfigError("network.degree", net.degree, f"{cfg.algorithm.name} averages with algorithm.k = {k} "
+                              f"peers a round, more than a client's {net.degree} neighbours: raise network.degree "
+                              f"to {k} or more, or lower algorithm.k")
+    if net.graph == "ring" and k > 2:
+        raise ConfigError("algorithm.k", cfg.algorithm.k, f"on a ring each client has 2 neighbours, fewer than the "
+                          f"{k} {cfg.algorithm.name} averages with: set algorithm.k=2 or less, or choose another "
+                          "network.graph")
+    if net.graph == "erdos_renyi" and net.p_edge * (n - 1) < k:
+        raise ConfigError("network.p_edge", net.p_edge, f"gives clients {net.p_edge * (n - 1):.3g} neighbours on "
+                          f"average, fewer than the algorithm.k = {k} {cfg.algorithm.name} averages with: raise "
+                          f"network.p_edge to {k / (n - 1):.3g} or more")
+    if net.graph == "file":
+        if not net.path:
+            raise ConfigError("network.path", net.path, "network.graph=file needs the edge list: network.path=FILE")
+        read_edge_list(net.path, n)   # refused here, naming what is wrong, before anything starts
 
 
 def check_exchange(cfg: Config, algorithm) -> None:

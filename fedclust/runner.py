@@ -42,6 +42,7 @@ from fedclust.errors import DivergenceError
 from fedclust.evaluation import evaluate_round, summarize
 from fedclust.exchange import exchange, plan_labels
 from fedclust.models import initial_weights, make_net, model_name
+from fedclust.network import Network
 from fedclust.outputs import RunLock, check_writable, default_out
 from fedclust.rank0 import RankZeroOutput
 from fedclust.schema import Config, to_dict
@@ -135,10 +136,12 @@ def build(cfg: Config, fabric) -> Setup:
         return pool_losses(models, layout, arch, data.train_x, data.train_y, peers, counts=data.train_counts)
 
     comm = Collectives(rank, world, cfg.collective_timeout)
+    network = Network(cfg.network, n, cfg.seed)   # the graph of each round, the same on every rank
     clusters = None if data.clusters is None else data.clusters.to(device)   # None: the data gives no truth
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, pair_loss=pair_loss,
-                  pool_loss=pool_loss, all_reduce=comm.all_reduce)
+                  pool_loss=pool_loss, all_reduce=comm.all_reduce,
+                  reach=lambda t: network.reach(t, client_ids, device))
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)
     columns = 0

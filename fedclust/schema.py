@@ -53,6 +53,7 @@ Engine = Literal["auto", "batched", "loop"]
 Precision = Literal["default", "fp32", "tf32"]   # fedclust.engine.precision
 Device = Literal["auto", "cpu", "cuda"]
 ResumeMode = Literal["auto", "never", "require"]
+GraphKind = Literal["complete", "ring", "regular", "erdos_renyi", "small_world", "file"]
 PRECISIONS = typing.get_args(Precision)
 
 
@@ -135,6 +136,24 @@ class TrainConfig:
 
 
 @dataclass
+class NetworkConfig:
+    """The communication graph of a peer-to-peer run (fedclust.network; docs/algorithms.md, "Networks")."""
+
+    graph: GraphKind = option("complete", "who can reach whom each round: complete (everyone, the papers' setting), "
+                                          "ring, regular (random, network.degree), erdos_renyi (network.p_edge), "
+                                          "small_world (Watts-Strogatz: network.degree, network.rewire) or file "
+                                          "(network.path); peer-to-peer algorithms only")
+    degree: int = option(4, "graph=regular: each client's neighbours; small_world: its ring neighbours before "
+                            "rewiring (even); at least algorithm.k")
+    p_edge: float = option(0.1, "graph=erdos_renyi: the probability of each edge, in (0, 1]")
+    rewire: float = option(0.1, "graph=small_world: the probability that a ring edge is rewired, in [0, 1]")
+    path: str = option("", "graph=file: an edge list, one 'i j' pair of client ids a line (networkx's "
+                           "read_edgelist); it must be connected, without self-loops")
+    redraw_every: int = option(0, "0: one graph for the whole run; T >= 1: a new graph drawn every T rounds (a "
+                                  "time-varying graph), from (seed, round) alone")
+
+
+@dataclass
 class WandbConfig:
     """Weights & Biases tracking (rank 0).  An empty value is not passed to
     W&B, so the WANDB_* environment (WANDB_MODE, WANDB_PROJECT, ...) decides."""
@@ -180,6 +199,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     participation: float = option(1.0, "share of clients taking part each round (centralized methods), in (0, 1]",
         doc=("share of clients taking part each round (centralized methods), in (0, 1]; only they train, "
             "and `train_loss` is their mean"))
@@ -728,6 +748,15 @@ def validate_core(cfg: Config) -> None:
     if not isinstance(w.tags, list) or not all(isinstance(x, str) and 1 <= len(x) <= 64 for x in w.tags):
         raise ConfigError("wandb.tags", w.tags, "must be a list of strings of 1 to 64 characters (W&B's limit), e.g. "
                           "wandb.tags=[panm,cifar]")
+    net = cfg.network
+    at_least("network.degree", net.degree, 1, "neighbours of each client in the graph")
+    if not 0.0 < net.p_edge <= 1.0:
+        raise ConfigError("network.p_edge", net.p_edge, "must lie in (0, 1]: the probability of each edge of an "
+                          "erdos_renyi graph")
+    if not 0.0 <= net.rewire <= 1.0:
+        raise ConfigError("network.rewire", net.rewire, "must lie in [0, 1]: the probability that a small_world "
+                          "ring edge is rewired")
+    at_least("network.redraw_every", net.redraw_every, 0, "rounds between two graphs (0: one graph for the run)")
     at_least("checkpoint_every", cfg.checkpoint_every, 0,
              "rounds between checkpoints (0: by the clock, every 5 minutes or 50x the last checkpoint's cost; "
              "always at the end and on SIGUSR1/SIGTERM)")

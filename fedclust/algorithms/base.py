@@ -23,6 +23,7 @@ import torch
 from fedclust.algorithms.aggregation import gossip_view, own, own_mask
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
+from fedclust.network import Reach, within
 from fedclust.peers import PeerIndex, peer_counts
 from fedclust.schema import check_choices
 
@@ -82,6 +83,9 @@ class Context:
     # every rank's tensor summed into it, in place, through the run's collective wrapper (a failed or stuck
     # collective becomes "rank X, round t" error); returns it.  One process: the tensor as it is.
     all_reduce: Callable[[torch.Tensor], torch.Tensor] = lambda x: x
+    # round t -> who this rank's clients can reach in round t (fedclust.network.Reach: the bool rows of their
+    # graph neighbours), or None: the complete graph, every other client (config network.graph)
+    reach: Callable[[int], Reach | None] = lambda t: None
 
     @property
     def own_rows(self) -> slice:
@@ -522,6 +526,7 @@ class PeerAlgorithm(Algorithm):
 
     def aggregate(self, state: State, ctx: Context, view: RoundView) -> tuple[State, RoundResult]:
         state, averaged = self.select(state, ctx, view)
+        averaged = within(averaged, ctx.reach(view.round))   # only from this round's graph neighbours
         view.drop_before()
         own_ids = ctx.client_ids
         received = received_models(averaged, self.contacted(state, view.round), own_ids)

@@ -51,9 +51,10 @@ def top_k_of_pool(values: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor, 
 
 
 def draw_candidates(seed: int, round_: int, client_ids: torch.Tensor, n: int, l: int,
-                    stream: str = "candidates") -> torch.Tensor:
-    """l candidates per client drawn uniformly from the n - 1 other clients (bool ``[C, n]``)."""
-    return PeerIndex.draw(seed, round_, stream, client_ids, n, l).mask()
+                    stream: str = "candidates", allowed=None) -> torch.Tensor:
+    """l candidates per client drawn uniformly from the n - 1 other clients (bool ``[C, n]``); ``allowed``:
+    only among those (the round's graph neighbours, :class:`fedclust.network.Reach`)."""
+    return PeerIndex.draw(seed, round_, stream, client_ids, n, l, allowed).mask()
 
 
 def cni_pool(candidates: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:

@@ -37,7 +37,8 @@ class FixTopology(PeerAlgorithm):
         return cls(k=cfg.algorithm.k)
 
     def init(self, ctx: Context) -> FixTopologyState:
-        drawn = PeerIndex.draw(ctx.seed, 0, "fixed", ctx.client_ids.to(ctx.device), ctx.n, self.k)
+        # among the first round's graph neighbours; a later graph's round receives from those still linked
+        drawn = PeerIndex.draw(ctx.seed, 0, "fixed", ctx.client_ids.to(ctx.device), ctx.n, self.k, ctx.reach(1))
         return FixTopologyState(drawn.idx)   # k < n (checked), so every row has k peers
 
     def select(self, state: FixTopologyState, ctx: Context, view: RoundView):

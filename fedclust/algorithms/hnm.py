@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from fedclust.algorithms.similarity import PoolScores
+from fedclust.network import Reach, both
 from fedclust.peers import PeerIndex, mask_indices
 
 MAX_EM_STEPS = 100
@@ -116,13 +117,15 @@ def em_two_gaussians(y: torch.Tensor, valid: torch.Tensor, init_a: torch.Tensor,
 
 
 def hnm_draw(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor,
-             l: int) -> tuple[torch.Tensor, torch.Tensor]:
+             l: int, reach: Reach | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(C_i, S_i)`` as bool ``[C, n]``: l uniform non-neighbours (never i)
-    and l uniform neighbours (all of ``N_i`` if it has ≤ l).  The draws read
-    ``neighbors`` a chunk of rows at a time (no [C, n] temporaries)."""
+    and l uniform neighbours (all of ``N_i`` if it has ≤ l), both among the
+    round's graph neighbours (``reach``; None: every other client).  The
+    draws read ``neighbors`` a chunk of rows at a time (no [C, n] temporaries)."""
     n = neighbors.shape[1]
-    cand = PeerIndex.draw(seed, round_, "hnm_candidates", client_ids, n, l, lambda lo, hi: ~neighbors[lo:hi])
-    return cand.mask(), PeerIndex.draw(seed, round_, "hnm_sample", client_ids, n, l, neighbors).mask()
+    cand = PeerIndex.draw(seed, round_, "hnm_candidates", client_ids, n, l,
+                          both(lambda lo, hi: ~neighbors[lo:hi], reach))
+    return cand.mask(), PeerIndex.draw(seed, round_, "hnm_sample", client_ids, n, l, both(neighbors, reach)).mask()
 
 
 def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor,
@@ -160,6 +163,8 @@ def hnm_update(neighbors: torch.Tensor, cand: torch.Tensor, sample: torch.Tensor
     return updated, res_empty
 
 
-def draw_average(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor, k: int) -> PeerIndex:
-    """Whom to average with this round of stage two: k uniform from ``N_i`` (all if fewer), as index lists."""
-    return PeerIndex.draw(seed, round_, "neighbors", client_ids, neighbors.shape[1], k, neighbors)
+def draw_average(seed: int, round_: int, client_ids: torch.Tensor, neighbors: torch.Tensor, k: int,
+                 reach: Reach | None = None) -> PeerIndex:
+    """Whom to average with this round of stage two: k uniform from ``N_i`` (all if fewer), among the round's
+    graph neighbours (``reach``), as index lists."""
+    return PeerIndex.draw(seed, round_, "neighbors", client_ids, neighbors.shape[1], k, both(neighbors, reach))

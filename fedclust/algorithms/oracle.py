@@ -14,6 +14,7 @@ from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
 from fedclust.algorithms.registry import register
 from fedclust.data import registry as data_registry
 from fedclust.errors import ConfigError
+from fedclust.network import both
 from fedclust.peers import PeerIndex
 
 
@@ -54,5 +55,6 @@ class Oracle(PeerAlgorithm):
 
     def select(self, state: None, ctx: Context, view: RoundView):
         """Stateless: the true same-cluster peers are read from ``ctx.clusters`` each round (no [C, n] state)."""
-        ids = ctx.client_ids.to(ctx.device)
-        return state, PeerIndex.draw(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k, same_cluster_rows(ctx))
+        ids = ctx.client_ids.to(ctx.device)   # same-cluster peers among the round's graph neighbours
+        allowed = both(same_cluster_rows(ctx), ctx.reach(view.round))
+        return state, PeerIndex.draw(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k, allowed)

@@ -129,9 +129,12 @@ class PANM(PeerAlgorithm):
         return self._stage_two(state, ctx, view)
 
     def _stage_one(self, state: PanmState, ctx: Context, view: RoundView):
-        """CNI: top k among ``C_i ∪ N_i^{t-1}``; average with it."""
-        cand = draw_candidates(ctx.seed, view.round, ctx.client_ids.to(ctx.device), ctx.n, self.l)
-        pool = cni_pool(cand, state.neighbors)  # N_i^0 is empty: round 1 ranks C_i alone
+        """CNI: top k among ``C_i ∪ N_i^{t-1}``; average with it.  On a graph, both within the round's
+        neighbours."""
+        reach = ctx.reach(view.round)
+        cand = draw_candidates(ctx.seed, view.round, ctx.client_ids.to(ctx.device), ctx.n, self.l, allowed=reach)
+        previous = state.neighbors if reach is None else state.neighbors & reach.mask()
+        pool = cni_pool(cand, previous)  # N_i^0 is empty: round 1 ranks C_i alone
         scores = similarity_for(self.metric, self.alpha, ctx, view, pool)
         neighbors = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
         new = dataclasses.replace(state, neighbors=neighbors, **self._recorded(scores, pool, ctx, view.round))
@@ -141,8 +144,9 @@ class PANM(PeerAlgorithm):
         """HNM every τ rounds, then k drawn uniformly from ``N_i``."""
         t = view.round
         new = state
+        reach = ctx.reach(t)
         if t % self.tau == 0:
-            cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids.to(ctx.device), state.neighbors, self.l)
+            cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids.to(ctx.device), state.neighbors, self.l, reach)
             pool = cand | sample
             scores = similarity_for(self.metric, self.panm.hnm_alpha, ctx, view, pool)
             y = (scores.with_values(loss_em_input(scores.values, self.panm.em_input)) if self.metric == "loss"
@@ -150,7 +154,7 @@ class PANM(PeerAlgorithm):
             neighbors, failed = hnm_update(state.neighbors, cand, sample, y, variance=self.panm.em_variance)
             new = dataclasses.replace(state, neighbors=neighbors, hnm_failed=failed,
                                       **self._recorded(scores, pool, ctx, t))
-        return new, draw_average(ctx.seed, t, ctx.client_ids, new.neighbors, self.k)
+        return new, draw_average(ctx.seed, t, ctx.client_ids, new.neighbors, self.k, reach)
 
     def _recorded(self, scores: PoolScores, pool: torch.Tensor, ctx: Context, round_: int) -> dict:
         """What the state keeps of a round's similarities: on the pool, and client 0's row (PANMGrad computes

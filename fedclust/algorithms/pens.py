@@ -25,6 +25,7 @@ from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_c
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import client0_similarity, pool_similarity, similarity_for
 from fedclust.errors import ConfigError
+from fedclust.network import both
 from fedclust.peers import PeerIndex
 from fedclust.schema import option
 
@@ -150,8 +151,9 @@ class PENS(PeerAlgorithm):
 
     def select(self, state: PensState, ctx: Context, view: RoundView) -> tuple[PensState, torch.Tensor | PeerIndex]:
         t = view.round
+        reach = ctx.reach(t)   # the round's graph neighbours (None: every other client)
         if t <= self.stage1_rounds:
-            cand = draw_candidates(ctx.seed, t, ctx.client_ids.to(ctx.device), ctx.n, self.l)
+            cand = draw_candidates(ctx.seed, t, ctx.client_ids.to(ctx.device), ctx.n, self.l, allowed=reach)
             scores = similarity_for("loss", 0.0, ctx, view, cand)
             top = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
             peers, counts = add_mask(state.count_peers, state.counts, top, self.count_width(ctx.n))
@@ -168,7 +170,8 @@ class PENS(PeerAlgorithm):
             fixed, fell_back = fixed_list(chosen, state.last_topk, self.pens.empty_list)
             state = dataclasses.replace(state, fixed=fixed, fell_back=fell_back, formed=True)
         draw = self.pens.stage2_neighbours or self.k
-        return state, PeerIndex.draw(ctx.seed, t, "pens", ctx.client_ids.to(ctx.device), ctx.n, draw, state.fixed)
+        return state, PeerIndex.draw(ctx.seed, t, "pens", ctx.client_ids.to(ctx.device), ctx.n, draw,
+                                     both(state.fixed, reach))
 
     def contacted(self, state: PensState, round_: int) -> torch.Tensor | None:
         """Stage one fetches the l candidates' models to rank them; stage two none beyond the averaged."""

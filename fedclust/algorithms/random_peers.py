@@ -30,5 +30,5 @@ class RandomPeers(PeerAlgorithm):
         return cls(k=cfg.algorithm.k)
 
     def select(self, state, ctx: Context, view: RoundView):
-        ids = ctx.client_ids.to(ctx.device)
-        return state, PeerIndex.draw(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k)
+        ids = ctx.client_ids.to(ctx.device)   # among the round's graph neighbours (all others: complete)
+        return state, PeerIndex.draw(ctx.seed, view.round, "neighbors", ids, ctx.n, self.k, ctx.reach(view.round))

@@ -1,0 +1,234 @@
+"""The communication graph of a peer-to-peer run (config section
+``network``, docs/algorithms.md "Networks"): who can reach whom in a round.
+
+A graph is a list of each client's neighbours, ``[n, d]`` indices (no
+``[n, n]`` table), drawn with networkx from (seed, epoch) alone, so every
+process builds the same graph; with ``network.redraw_every = T`` a new one
+is drawn every T rounds (epoch ``(t - 1) // T``), else one serves the run.
+``complete`` (the default) is no graph at all: every draw is as before.
+
+A process sees the graph of a round through :class:`Reach`, the bool rows
+of its own clients' neighbours, which the peer algorithms pass to their
+draws (``allowed``) and which filters whom a client averages with: a client
+receives models only from its neighbours of that round.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import torch
+
+from fedclust import rng
+from fedclust.errors import ConfigError
+from fedclust.peers import PeerIndex
+
+GRAPH_TRIES = 20   # draws of a random graph (keyed on the attempt) before one that is not connected is refused
+
+
+@dataclass(frozen=True)
+class Graph:
+    """An undirected graph on clients ``0 .. n-1``: ``idx [n, d]`` each
+    client's neighbours in increasing order, padded (0, ``valid`` False)."""
+
+    n: int
+    idx: torch.Tensor
+    valid: torch.Tensor
+
+    @classmethod
+    def from_networkx(cls, g: Any, n: int) -> "Graph":
+        lists = [sorted(g.neighbors(i)) for i in range(n)]
+        d = max((len(x) for x in lists), default=0)
+        idx = torch.zeros(n, d, dtype=torch.int64)
+        valid = torch.zeros(n, d, dtype=torch.bool)
+        for i, row in enumerate(lists):
+            idx[i, :len(row)] = torch.tensor(row, dtype=torch.int64)
+            valid[i, :len(row)] = True
+        return cls(n, idx, valid)
+
+    def degrees(self) -> torch.Tensor:
+        """``[n]`` int64: each client's neighbours."""
+        return self.valid.sum(1)
+
+    def rows(self, ids: torch.Tensor, device=None) -> torch.Tensor:
+        """Bool ``[len(ids), n]``: the neighbours of clients ``ids`` (global ids)."""
+        ids = ids.to("cpu", torch.int64)
+        out = torch.zeros(len(ids), self.n, dtype=torch.bool)
+        idx, valid = self.idx[ids], self.valid[ids]
+        r = torch.arange(len(ids))[:, None].expand_as(idx)
+        out[r[valid], idx[valid]] = True
+        return out.to(device) if device is not None else out
+
+
+def graph_seed(seed: int, epoch: int, attempt: int) -> int:
+    """The networkx seed of a graph: a function of (seed, epoch, attempt) alone."""
+    return int(rng.hash_ints(seed, epoch, "graph", torch.tensor(attempt), 0)) % 2**32
+
+
+def read_edge_list(path: str | Path, n: int) -> Any:
+    """The graph of an edge-list file (``i j`` a line, client ids, as networkx
+    reads it); ConfigError on ``network.path`` naming what is wrong: a file
+    that cannot be read, a client that does not exist, a self-loop, a graph
+    that is not connected (every client must be reachable)."""
+    field = "network.path"
+    try:
+        g = nx.read_edgelist(str(path), nodetype=int, data=False)
+    except (OSError, TypeError, ValueError, nx.NetworkXError) as exc:
+        raise ConfigError(field, str(path), f"cannot be read as an edge list of client ids, one 'i j' pair a line "
+                          f"({type(exc).__name__}: {exc}); fix the file or choose another network.graph") from None
+    bad = sorted(v for v in g.nodes if not 0 <= v < n)
+    if bad:
+        raise ConfigError(field, str(path), f"names client {bad[0]}, but clients are 0..{n - 1} (clients = {n}); "
+                          "fix the file or raise clients")
+    loops = sorted(v for v, w in nx.selfloop_edges(g))
+    if loops:
+        raise ConfigError(field, str(path), f"has a self-loop on client {loops[0]}: a client is never its own "
+                          "neighbour; remove that line")
+    g.add_nodes_from(range(n))
+    if not nx.is_connected(g):
+        parts = nx.number_connected_components(g)
+        alone = sorted(v for v in g.nodes if g.degree(v) == 0)
+        also = f" (client {alone[0]} has no edge)" if alone else ""
+        raise ConfigError(field, str(path), f"is not connected: its {n} clients fall into {parts} parts{also}; a "
+                          "client could never reach the others; add edges between the parts")
+    return g
+
+
+def make_graph(net: Any, n: int, seed: int, epoch: int) -> Graph | None:
+    """The graph of epoch ``epoch`` for the ``network`` section ``net`` (None:
+    complete, no graph).  A random graph that is not connected is drawn
+    again (the attempt is part of the key) up to :data:`GRAPH_TRIES` times."""
+    kind = net.graph
+    if kind == "complete":
+        return None
+    if kind == "file":
+        return Graph.from_networkx(read_edge_list(net.path, n), n)
+    if kind == "ring":
+        return Graph.from_networkx(nx.cycle_graph(n), n)
+    for attempt in range(GRAPH_TRIES):
+        s = graph_seed(seed, epoch, attempt)
+        if kind == "regular":
+            g = nx.random_regular_graph(net.degree, n, seed=s)
+        elif kind == "erdos_renyi":
+            g = nx.fast_gnp_random_graph(n, net.p_edge, seed=s)
+        elif kind == "small_world":
+            g = nx.watts_strogatz_graph(n, net.degree, net.rewire, seed=s)
+        else:
+            raise ConfigError("network.graph", kind, "choose complete, ring, regular, erdos_renyi, small_world or "
+                              "file")
+        if nx.is_connected(g):
+            return Graph.from_networkx(g, n)
+    hint = (f"raise network.p_edge above ln(n)/n = {math.log(n) / n:.3g}" if kind == "erdos_renyi"
+            else "raise network.degree")
+    raise ConfigError(f"network.{'p_edge' if kind == 'erdos_renyi' else 'degree'}",
+                      net.p_edge if kind == "erdos_renyi" else net.degree,
+                      f"{GRAPH_TRIES} {kind} graphs of {n} clients drawn from this seed were all disconnected; {hint}")
+
+
+def epoch_of(round_: int, redraw_every: int) -> int:
+    """The graph a round uses: 0 for every round without redraws, else ``(round - 1) // redraw_every``."""
+    return 0 if redraw_every <= 0 else max(0, round_ - 1) // redraw_every
+
+
+@dataclass(frozen=True)
+class Reach:
+    """A round's graph as one process's clients see it: ``rows(lo, hi)`` the
+    bool neighbours of its local clients lo..hi (the ``allowed`` of
+    :func:`fedclust.rng.choose_indices`), ``mask()`` all of them ``[C, n]``."""
+
+    graph: Graph
+    ids: torch.Tensor        # [C] global ids of this process's clients
+    device: torch.device
+
+    def rows(self, lo: int, hi: int) -> torch.Tensor:
+        return self.graph.rows(self.ids[lo:hi], self.device)
+
+    def __call__(self, lo: int, hi: int) -> torch.Tensor:
+        return self.rows(lo, hi)
+
+    def mask(self) -> torch.Tensor:
+        return self.graph.rows(self.ids, self.device)
+
+
+class Network:
+    """A run's graphs, one per epoch, drawn when first asked for and kept
+    while the epoch lasts (the same on every process)."""
+
+    def __init__(self, net: Any, n: int, seed: int):
+        self.net, self.n, self.seed = net, n, seed
+        self._epoch: int | None = None
+        self._graph: Graph | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.net.graph == "complete"
+
+    def graph(self, round_: int) -> Graph | None:
+        """The graph of round ``round_`` (None: complete)."""
+        if self.complete:
+            return None
+        epoch = epoch_of(round_, self.net.redraw_every)
+        if epoch != self._epoch:
+            self._graph, self._epoch = make_graph(self.net, self.n, self.seed, epoch), epoch
+        return self._graph
+
+    def reach(self, round_: int, ids: torch.Tensor, device) -> Reach | None:
+        """Round ``round_``'s graph as clients ``ids`` see it (None: complete, every other client)."""
+        g = self.graph(round_)
+        return None if g is None else Reach(g, ids.to("cpu", torch.int64), torch.device(device))
+
+
+# ----------------------------------------------------------------------------
+# Restricting draws and choices to a round's graph
+
+
+def both(allowed, reach: Reach | None):
+    """``allowed`` (None, a bool ``[C, n]`` mask or a function of a chunk of
+    rows) and the round's ``reach`` at once, in the form
+    :func:`fedclust.rng.choose_indices` takes; ``allowed`` itself where the
+    graph is complete."""
+    if reach is None:
+        return allowed
+    if allowed is None:
+        return reach
+
+    def rows(lo: int, hi: int) -> torch.Tensor:
+        ok = allowed[lo:hi] if isinstance(allowed, torch.Tensor) else allowed(lo, hi)
+        return ok.to(reach.device) & reach.rows(lo, hi)
+
+    return rows
+
+
+def within(choice, reach: Reach | None):
+    """A choice (bool ``[C, n]`` mask or :class:`fedclust.peers.PeerIndex`)
+    kept to the round's graph: a client receives only from its neighbours of
+    that round.  The choice itself where the graph is complete."""
+    if reach is None:
+        return choice
+    if isinstance(choice, PeerIndex):
+        C, m = choice.idx.shape
+        if m == 0:
+            return choice
+        ok = torch.zeros_like(choice.valid)
+        step = max(1, rng.CHOOSE_CHUNK_ELEMENTS // max(reach.graph.n, 1))
+        for lo in range(0, C, step):   # chunks of rows: no [C, n] mask
+            hi = min(C, lo + step)
+            ok[lo:hi] = reach.rows(lo, hi).gather(1, choice.idx[lo:hi])
+        valid = choice.valid & ok
+        order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices   # kept peers first, in order
+        width = int(valid.sum(1).max()) if C else 0                             # the longest kept row
+        idx = torch.where(valid, choice.idx, torch.zeros_like(choice.idx)).gather(1, order)[:, :width]
+        return PeerIndex(idx, valid.gather(1, order)[:, :width], choice.n)
+    return choice & reach.mask()
+
+
+def edge_array(graph: Graph) -> np.ndarray:
+    """``[E, 2]`` int64: each undirected edge once (i < j), in order (figures, tests)."""
+    i = torch.arange(graph.n)[:, None].expand_as(graph.idx)
+    keep = graph.valid & (graph.idx > i)
+    return torch.stack([i[keep], graph.idx[keep]], dim=1).numpy()

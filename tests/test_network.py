@@ -1,0 +1,216 @@
+"""Communication graphs (config ``network``, fedclust.network): the graphs
+networkx draws from (seed, epoch), a graph file and what is refused in it,
+every peer method receiving only from the round's graph neighbours, its draws
+those of the plain rule restricted to them, the checks of the keys, and runs
+on a graph identical on 1 and 2 processes and after a kill and resume.  The
+complete graph changes nothing (tests/test_golden.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import networkx as nx
+import pytest
+import torch
+
+from fedclust import rng
+from fedclust.algorithms import registry
+from fedclust.algorithms.base import Context, RoundView
+from fedclust.config import load_config, run_facts
+from fedclust.errors import ConfigError
+from fedclust.network import Graph, Network, Reach, both, edge_array, make_graph, read_edge_list, within
+from fedclust.peers import PeerIndex, as_mask
+from fedclust.schema import NetworkConfig
+
+PEER_METHODS = ("random", "oracle", "fixtopology", "pens", "panm_loss", "panm_grad")
+
+
+def net(**kw) -> NetworkConfig:
+    return dataclasses.replace(NetworkConfig(), **kw)
+
+
+def adjacency(g: Graph) -> set[tuple[int, int]]:
+    return {(int(i), int(j)) for i, j in edge_array(g)}
+
+
+@pytest.mark.parametrize("spec,degree", [(net(graph="ring"), 2), (net(graph="regular", degree=4), 4),
+                                         (net(graph="regular", degree=7), 7)])
+def test_ring_and_regular_graphs_give_every_client_its_degree(spec, degree):
+    g = make_graph(spec, 20, seed=1, epoch=0)
+    assert g.degrees().tolist() == [degree] * 20
+    nxg = nx.Graph(list(map(tuple, edge_array(g))))
+    assert nx.is_connected(nxg) and nxg.number_of_nodes() == 20
+
+
+def test_graphs_are_drawn_from_seed_and_epoch_alone():
+    a, b = make_graph(net(graph="regular", degree=4), 30, 5, 0), make_graph(net(graph="regular", degree=4), 30, 5, 0)
+    assert torch.equal(a.idx, b.idx) and torch.equal(a.valid, b.valid)
+    assert adjacency(a) != adjacency(make_graph(net(graph="regular", degree=4), 30, 5, 1))   # another epoch
+    assert adjacency(a) != adjacency(make_graph(net(graph="regular", degree=4), 30, 6, 0))   # another seed
+    sw = make_graph(net(graph="small_world", degree=4, rewire=0.2), 40, 5, 0)
+    assert sw.degrees().double().mean() == 4.0 and nx.is_connected(nx.Graph(list(map(tuple, edge_array(sw)))))
+    er = make_graph(net(graph="erdos_renyi", p_edge=0.3), 30, 5, 0)
+    assert nx.is_connected(nx.Graph(list(map(tuple, edge_array(er)))))
+    with pytest.raises(ConfigError, match="network.p_edge"):   # never connected: refused, naming the key
+        make_graph(net(graph="erdos_renyi", p_edge=0.001), 30, 5, 0)
+
+
+def test_a_network_redraws_every_T_rounds_and_keeps_its_graph_between():
+    network = Network(net(graph="regular", degree=4, redraw_every=3), 24, 9)
+    graphs = [adjacency(network.graph(t)) for t in range(1, 8)]
+    assert graphs[0] == graphs[1] == graphs[2] != graphs[3]
+    assert graphs[3] == graphs[4] == graphs[5] != graphs[6]
+    assert Network(net(), 24, 9).graph(5) is None and Network(net(), 24, 9).reach(5, torch.arange(3), "cpu") is None
+
+
+def test_rows_are_the_graph_s_neighbours():
+    g = make_graph(net(graph="regular", degree=3), 10, 2, 0)
+    nxg = nx.Graph(list(map(tuple, edge_array(g))))
+    rows = g.rows(torch.tensor([7, 2, 5]))
+    for r, i in enumerate((7, 2, 5)):
+        assert set(rows[r].nonzero().flatten().tolist()) == set(nxg.neighbors(i))
+
+
+def test_a_graph_file_is_read_and_what_is_wrong_in_it_is_named(tmp_path):
+    good = tmp_path / "g.txt"
+    good.write_text("0 1\n1 2\n2 3\n3 0\n# a comment\n")
+    g = read_edge_list(good, 4)
+    assert sorted(g.edges) == [(0, 1), (0, 3), (1, 2), (2, 3)]
+    spec = net(graph="file", path=str(good))
+    assert adjacency(make_graph(spec, 4, 0, 0)) == {(0, 1), (0, 3), (1, 2), (2, 3)}
+    cases = {"0 1\n2 3\n": "not connected", "0 1\n1 1\n": "self-loop on client 1", "0 1\n1 9\n": "names client 9",
+             "0 1\n1 x\n": "cannot be read"}
+    for text, why in cases.items():
+        bad = tmp_path / "bad.txt"
+        bad.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            read_edge_list(bad, 4)
+        assert e.value.field == "network.path" and why in str(e.value), (text, str(e.value))
+    with pytest.raises(ConfigError, match="not connected.*client 4 has no edge"):   # a client the file never names
+        read_edge_list(good, 5)
+
+
+def test_within_keeps_a_choice_to_the_graph_as_a_plain_intersection():
+    g = make_graph(net(graph="regular", degree=4), 16, 3, 0)
+    ids = torch.arange(4, 12)
+    reach = Reach(g, ids, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.rand(8, 16, generator=gen) < 0.5
+    mask[torch.arange(8), ids] = False
+    want = mask & g.rows(ids)
+    assert torch.equal(within(mask, reach), want)
+    got = within(PeerIndex.from_mask(mask), reach)
+    assert torch.equal(as_mask(got), want) and torch.equal(got.counts(), want.sum(1))
+    assert got.idx.shape[1] == int(want.sum(1).max())   # padded to the longest kept row
+    assert within(mask, None) is mask
+    allowed = both(lambda lo, hi: ~mask[lo:hi], reach)
+    assert torch.equal(allowed(2, 6), ~mask[2:6] & g.rows(ids[2:6]))
+    assert both(mask, None) is mask
+
+
+def test_random_draws_the_plain_rule_among_the_graph_neighbours():
+    """k lowest keys among the client's neighbours (the rule written per client, keys from fedclust.rng)."""
+    n, k, t = 20, 3, 4
+    g = make_graph(net(graph="regular", degree=5), n, 1, 0)
+    ids = torch.arange(n)
+    algo = registry.get("random")(k=k)
+    ctx = _ctx(n, ids, reach=lambda r: Reach(g, ids, torch.device("cpu")))
+    _, choice = algo.select(None, ctx, _view(t, n))
+    keys = rng.client_keys(ctx.seed, t, "neighbors", ids, n)
+    for i in range(n):
+        nbrs = g.rows(torch.tensor([i]))[0].nonzero().flatten().tolist()
+        want = sorted(sorted(nbrs, key=lambda j: float(keys[i, j]))[:k])
+        assert as_mask(choice)[i].nonzero().flatten().tolist() == want
+
+
+def _ctx(n, ids, reach=lambda t: None, seed=3):
+    return Context(n=n, client_ids=ids, clusters=torch.arange(n) % 2, seed=seed, stage1_rounds=3,
+                   w0=torch.zeros(6), device=torch.device("cpu"), pair_loss=lambda m, o: m.pow(2).mean(1),
+                   pool_loss=lambda m, p: m[p].pow(2).mean(-1), reach=reach)
+
+
+def _view(t, n, gen=None):
+    gen = gen or torch.Generator().manual_seed(t)
+    before = torch.randn(n, 6, generator=gen)
+    after = before + 0.1 * torch.randn(n, 6, generator=gen)
+    return RoundView(round=t, before=before, after=after, all_after=after, all_before=before)
+
+
+@pytest.mark.parametrize("name", PEER_METHODS)
+def test_every_peer_method_receives_only_from_the_round_s_graph_neighbours(name):
+    n = 16
+    cfg = load_config(None, ["data.name=synthetic", f"clients={n}", "algorithm.k=3", "algorithm.l=4",
+                             "stage1_rounds=3", "rounds=8", f"algorithm.name={name}"])
+    algo = registry.build(cfg, run_facts(cfg))
+    network = Network(net(graph="regular", degree=4, redraw_every=2), n, 3)
+    for ids in (torch.arange(n), torch.arange(5, 11)):   # all clients on one rank, or a rank's shard
+        ctx = _ctx(n, ids, reach=lambda t, ids=ids: network.reach(t, ids, "cpu"))
+        state, averaged_any = algo.init(ctx), False
+        for t in range(1, 9):
+            state, plan = algo.plan(state, ctx, t, _view(t, n).after[ids])
+            view = _view(t, n)
+            view.before, view.after = view.all_before[ids], view.all_after[ids]
+            state, result = algo.aggregate(state, ctx, view)
+            graph = network.graph(t).rows(ids)
+            averaged = as_mask(result.averaged)
+            assert not (averaged & ~graph).any(), (name, t)                 # only from this round's neighbours
+            contacted = algo.contacted(state, t)
+            if contacted is not None:                                      # and fetched only from them
+                assert not (as_mask(contacted) & ~graph).any(), (name, t)
+            assert (averaged.sum(1) <= 3).all()
+            averaged_any |= bool(averaged.any())
+        assert averaged_any, name   # the check saw real choices
+
+
+@pytest.mark.parametrize("overrides,field,words", [
+    (["algorithm.name=random", "network.graph=regular", "network.degree=2"], "network.degree", "raise network.degree"),
+    (["algorithm.name=random", "algorithm.k=3", "network.graph=regular", "network.degree=3", "clients=9"],
+     "network.degree", "must be even"),
+    (["algorithm.name=random", "algorithm.k=2", "network.graph=small_world", "network.degree=3"], "network.degree",
+     "even degree"),
+    (["algorithm.name=random", "network.graph=erdos_renyi", "network.p_edge=0.01"], "network.p_edge",
+     "raise network.p_edge"),
+    (["algorithm.name=random", "network.graph=ring"], "algorithm.k", "algorithm.k=2"),
+    (["algorithm.name=random", "network.graph=file"], "network.path", "network.path=FILE"),
+    (["algorithm.name=fedavg", "network.graph=ring"], "network.graph", "peer-to-peer"),
+    (["network.p_edge=0"], "network.p_edge", "(0, 1]"),
+    (["network.graph=mesh"], "network.graph", "must be one of"),
+])
+def test_bad_network_keys_are_refused_naming_the_key_and_the_fix(overrides, field, words):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["data.name=synthetic", "clients=20", "algorithm.k=3"] + overrides)
+    assert e.value.field == field and words in str(e.value), str(e.value)
+
+
+def test_complete_is_the_default_and_a_round_s_reach_then_is_none():
+    cfg = load_config(None, ["data.name=synthetic"])
+    assert cfg.network.graph == "complete"
+    assert Network(cfg.network, 10, 0).reach(1, torch.arange(10), "cpu") is None
+
+
+# ----------------------------------------------------------------------------
+# Whole runs
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["random", "panm_grad", "pens"])
+def test_runs_on_a_graph_are_identical_on_one_and_two_processes(tmp_path, name):
+    from test_resume import assert_same_run, launch, overrides
+
+    graph = ["algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3"]
+    for nproc in (1, 2):
+        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *graph))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_run(tmp_path / "p1", tmp_path / "p2")
+
+
+@pytest.mark.integration
+def test_a_run_on_a_graph_killed_resumes_exactly(tmp_path):
+    from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
+
+    graph = ("algorithm.k=2", "network.graph=small_world", "network.degree=4", "network.redraw_every=2")
+    killed_run(2, "panm_grad", tmp_path / "killed", *graph)
+    sub_run("panm_grad", tmp_path / "killed", *graph)
+    whole = launch(1, overrides("panm_grad", tmp_path / "whole", *graph))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert_same_run(tmp_path / "whole", tmp_path / "killed")
