@@ -23,7 +23,7 @@ from fedclust.importing import import_target
 from fedclust.models import check_input, initial_weights, is_user_model, make_net, model_spec
 from fedclust.models.registry import aliases as model_aliases
 from fedclust.models.registry import names as model_names
-from fedclust.network import read_edge_list
+from fedclust.network import read_availability, read_edge_list
 from fedclust.schema import (  # noqa: F401
     SECTIONS,
     AlgorithmConfig,
@@ -117,6 +117,8 @@ def check_network(cfg: Config, algorithm) -> None:
     algorithm, a graph of this many clients (a file's read and checked
     now), and neighbours enough for the k a client averages with."""
     net, n = cfg.network, cfg.clients
+    if net.availability:
+        read_availability(net.availability, n)   # refused here, naming what is wrong, before anything starts
     if net.graph == "complete":
         return
     if algorithm.topology != "peer":

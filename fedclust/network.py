@@ -130,6 +130,25 @@ def make_graph(net: Any, n: int, seed: int, epoch: int) -> Graph | None:
                       f"{GRAPH_TRIES} {kind} graphs of {n} clients drawn from this seed were all disconnected; {hint}")
 
 
+def read_availability(path: str | Path, n: int) -> torch.Tensor:
+    """Bool ``[R, n]``: which clients are online in which round, from a
+    ``.npy`` file (booleans, or 0/1 integers); ConfigError on
+    ``network.availability`` naming what is wrong."""
+    field = "network.availability"
+    try:
+        arr = np.load(str(path), allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(field, str(path), f"cannot be read as a .npy array ({type(exc).__name__}: {exc}); write "
+                          "it with numpy.save(path, online) for a [rounds, clients] bool array") from None
+    if arr.ndim != 2 or arr.shape[1] != n or arr.shape[0] < 1:
+        raise ConfigError(field, str(path), f"holds an array of shape {list(arr.shape)}; it must be [rounds, "
+                          f"clients = {n}]: one row per round, one column per client")
+    if arr.dtype != bool and not (np.issubdtype(arr.dtype, np.integer) and set(np.unique(arr)) <= {0, 1}):
+        raise ConfigError(field, str(path), f"holds {arr.dtype} values; it must hold booleans (or 0/1): True where "
+                          "a client is online")
+    return torch.from_numpy(arr.astype(bool))
+
+
 def epoch_of(round_: int, redraw_every: int) -> int:
     """The graph a round uses: 0 for every round without redraws, else ``(round - 1) // redraw_every``."""
     return 0 if redraw_every <= 0 else max(0, round_ - 1) // redraw_every
@@ -163,6 +182,17 @@ class Network:
         self.net, self.n, self.seed = net, n, seed
         self._epoch: int | None = None
         self._graph: Graph | None = None
+        self._trace = read_availability(net.availability, n) if net.availability else None
+
+    def online(self, round_: int) -> torch.Tensor | None:
+        """Bool ``[n]`` (CPU): the clients online in round ``round_``; None: everyone (no faults asked).  With
+        ``p_offline`` a client is offline when ``rng.uniform(seed, round, "offline", client) < p_offline``."""
+        if self._trace is not None:
+            return self._trace[(round_ - 1) % self._trace.shape[0]]
+        p = float(self.net.p_offline)
+        if p <= 0:
+            return None
+        return rng.uniform(self.seed, round_, "offline", torch.arange(self.n), 0) >= p
 
     @property
     def complete(self) -> bool:
@@ -219,12 +249,36 @@ def within(choice, reach: Reach | None):
         for lo in range(0, C, step):   # chunks of rows: no [C, n] mask
             hi = min(C, lo + step)
             ok[lo:hi] = reach.rows(lo, hi).gather(1, choice.idx[lo:hi])
-        valid = choice.valid & ok
-        order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices   # kept peers first, in order
-        width = int(valid.sum(1).max()) if C else 0                             # the longest kept row
-        idx = torch.where(valid, choice.idx, torch.zeros_like(choice.idx)).gather(1, order)[:, :width]
-        return PeerIndex(idx, valid.gather(1, order)[:, :width], choice.n)
+        return keep_peers(choice, ok)
     return choice & reach.mask()
+
+
+def keep_peers(choice: PeerIndex, ok: torch.Tensor) -> PeerIndex:
+    """The peers of ``choice`` where ``ok`` (bool ``[C, m]``, beside its
+    indices) holds, in their order, padded to the longest kept row."""
+    valid = choice.valid & ok
+    order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices   # kept peers first, in order
+    width = int(valid.sum(1).max()) if valid.shape[0] else 0                  # the longest kept row
+    idx = torch.where(valid, choice.idx, torch.zeros_like(choice.idx)).gather(1, order)[:, :width]
+    return PeerIndex(idx, valid.gather(1, order)[:, :width], choice.n)
+
+
+def answering(pool: torch.Tensor, online: torch.Tensor | None) -> torch.Tensor:
+    """A bool ``[C, n]`` pool of peers to score, kept to those online (an
+    offline client does not answer); the pool itself when everyone is."""
+    return pool if online is None else pool & online.to(pool.device)[None, :]
+
+
+def delivered(choice, online: torch.Tensor | None, own_ids: torch.Tensor):
+    """A choice kept to what was delivered: no model from a client that is
+    offline, and nothing for an offline client itself (its row is empty).
+    The choice itself when everyone is online."""
+    if online is None:
+        return choice
+    own_online = online.to(own_ids.device)[own_ids]
+    if isinstance(choice, PeerIndex):
+        return keep_peers(choice, online.to(choice.idx.device)[choice.idx] & own_online.to(choice.idx.device)[:, None])
+    return choice & online.to(choice.device)[None, :] & own_online.to(choice.device)[:, None]
 
 
 def edge_array(graph: Graph) -> np.ndarray:

@@ -49,6 +49,10 @@ class RankZeroOutput:
         if self.bar is not None:
             self.bar.set_postfix(acc=f"{record['accuracy']:.2f}")
 
+    def note(self, line: str) -> None:
+        """One line about the run, on stderr (beside the progress)."""
+        _say(line)
+
     def round_done(self) -> None:
         if self.bar is not None:
             self.bar.update(1)

@@ -32,7 +32,7 @@ from fedclust.algorithms.peer_counts import add_mask
 from fedclust.config import run_facts
 from fedclust.data import FederatedData, load_federated
 from fedclust.data.validation import carve_validation
-from fedclust.dist import Collectives, exchange_columns, finish, launch_rank, make_fabric, shard_bounds
+from fedclust.dist import Collectives, exchange_columns, finish, gather_parts, launch_rank, make_fabric, shard_bounds
 from fedclust.engine.functional import Arch
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.pool import pool_losses
@@ -136,12 +136,12 @@ def build(cfg: Config, fabric) -> Setup:
         return pool_losses(models, layout, arch, data.train_x, data.train_y, peers, counts=data.train_counts)
 
     comm = Collectives(rank, world, cfg.collective_timeout)
-    network = Network(cfg.network, n, cfg.seed)   # the graph of each round, the same on every rank
+    network = Network(cfg.network, n, cfg.seed)   # each round's graph and who is online, the same on every rank
     clusters = None if data.clusters is None else data.clusters.to(device)   # None: the data gives no truth
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, pair_loss=pair_loss,
                   pool_loss=pool_loss, all_reduce=comm.all_reduce,
-                  reach=lambda t: network.reach(t, client_ids, device))
+                  reach=lambda t: network.reach(t, client_ids, device), online=network.online)
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)
     columns = 0
@@ -169,6 +169,7 @@ class RoundOutcome:
     seconds: float
     stop: bool                   # some rank was asked to stop
     checkpoint_due: bool         # some rank's checkpoint clock ran out
+    skipped: bool = False        # no client was online: nothing trained or exchanged (network.p_offline)
 
 
 def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
@@ -179,6 +180,9 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     cfg, algo, ctx, data = setup.cfg, setup.algo, setup.ctx, setup.data
     t0 = time.time()
     setup.comm.round = t
+    online = ctx.online(t)   # None: everyone online
+    if online is not None and not bool(online.any()):
+        return _empty_round(setup, state, t, t0, stop_flag, due_flag)
     settings = dataclasses.replace(setup.settings, lr=cfg.train.round_lr(t))
     algo_state, plan = algo.plan(state.algo_state, ctx, t, state.flat)
     # trained in place: the held models, or one contiguous copy of the plan's start (a server's model for each
@@ -194,6 +198,8 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     # drawn where they are used (the hash and a stable sort give the same orders on any device)
     orders = rng.batch_orders(cfg.seed, t, ctx.client_ids, cfg.train.local_epochs, data.train_x.shape[1], counts)
     trains = plan.trains   # None: everyone; else only the round's participants train (the others' loss is NaN)
+    if online is not None:   # an offline client does not train
+        trains = online if trains is None else trains & online
     train_loss = train_round(flat, setup.layout, setup.arch, data.train_x, data.train_y, orders, settings,
                              anchor=plan.anchor, mu=plan.mu, counts=counts, prox_layers=plan.prox_layers,
                              train=None if trains is None else trains.cpu()[ctx.client_ids.cpu()])
@@ -252,6 +258,24 @@ def run(cfg: Config, prepared: Prepared | None = None) -> dict:
         stop.restore()
 
 
+def _empty_round(setup: Setup, state: LoopState, t: int, t0: float, stop_flag: bool, due_flag: bool) -> RoundOutcome:
+    """Round t with no client online: nothing trains or is exchanged, every model and the algorithm's state stay
+    as they were; only the flags travel (every rank knows the round is empty: who is online is replicated)."""
+    C = len(setup.client_ids)
+    device = setup.ctx.device
+    loss = torch.full((C, 1), float("nan"), device=device)
+    flags = torch.full((C, 1), float(STOP_BIT * stop_flag | DUE_BIT * due_flag), device=device)
+    all_loss, all_flags = (g[:, 0] for g in setup.collective(t, gather_parts, setup.fabric, [loss, flags], setup.n))
+    state.round = t
+    if t == setup.stage1_end:
+        state.saved.update(stage1_arrays(setup, state))
+    raised = int(all_flags.max()) if all_flags.numel() else 0
+    return RoundOutcome(result=RoundResult(models=state.flat), all_loss=all_loss,
+                        trained=torch.zeros(setup.n, dtype=torch.bool, device=all_loss.device),
+                        seconds=time.time() - t0, stop=bool(raised & STOP_BIT), checkpoint_due=bool(raised & DUE_BIT),
+                        skipped=True)
+
+
 def _loop(cfg: Config, prepared: Prepared, stop: StopRequest) -> dict:
     run_dir = prepared.run_dir
     with RunLock.for_rank(run_dir, launch_rank()):            # one run writes a directory at a time
@@ -268,6 +292,9 @@ def _loop(cfg: Config, prepared: Prepared, stop: StopRequest) -> dict:
         try:
             for t in range(state.round + 1, cfg.rounds + 1):
                 outcome = round_step(setup, state, t, stop.requested, ckpt.clock_due())
+                if outcome.skipped and out:
+                    out.note(f"fedclust: round {t}: no client online (network.{_offline_key(cfg)}); skipped: "
+                             "nothing trained or exchanged")
                 if t % cfg.eval_every == 0 or t == cfg.rounds:     # every rank gathers the round's metrics
                     record, state.final_lists = evaluate_round(setup, state, outcome)
                     state.final_assignment = outcome.result.assignment
@@ -295,6 +322,10 @@ def _loop(cfg: Config, prepared: Prepared, stop: StopRequest) -> dict:
                 out.close()
         finish(fabric)
         return summary
+
+
+def _offline_key(cfg: Config) -> str:
+    return "availability" if cfg.network.availability else "p_offline"
 
 
 def _stopped(setup: Setup, out: RankZeroOutput | None, t: int, stop: StopRequest, path: Path) -> Stopped:

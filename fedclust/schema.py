@@ -151,6 +151,11 @@ class NetworkConfig:
                            "read_edgelist); it must be connected, without self-loops")
     redraw_every: int = option(0, "0: one graph for the whole run; T >= 1: a new graph drawn every T rounds (a "
                                   "time-varying graph), from (seed, round) alone")
+    p_offline: float = option(0.0, "each round each client is offline with this probability, in [0, 1): it does "
+                                   "not train, send or answer; a peer that chose it gets nothing from it; a server "
+                                   "samples its participants among the online")
+    availability: str = option("", "instead of p_offline: a .npy file of which clients are online in which round, "
+                                   "[R, clients] booleans; round t reads row (t - 1) mod R")
 
 
 @dataclass
@@ -757,6 +762,12 @@ def validate_core(cfg: Config) -> None:
         raise ConfigError("network.rewire", net.rewire, "must lie in [0, 1]: the probability that a small_world "
                           "ring edge is rewired")
     at_least("network.redraw_every", net.redraw_every, 0, "rounds between two graphs (0: one graph for the run)")
+    if not 0.0 <= net.p_offline < 1.0:
+        raise ConfigError("network.p_offline", net.p_offline, "must lie in [0, 1): the probability that a client is "
+                          "offline in a round (1 would leave every round empty)")
+    if net.p_offline > 0 and net.availability:
+        raise ConfigError("network.availability", net.availability, "gives who is online itself: set "
+                          "network.p_offline=0, or leave network.availability empty")
     at_least("checkpoint_every", cfg.checkpoint_every, 0,
              "rounds between checkpoints (0: by the clock, every 5 minutes or 50x the last checkpoint's cost; "
              "always at the end and on SIGUSR1/SIGTERM)")

@@ -176,6 +176,8 @@ OUT_OF_RANGE = {
     "network.path": ("missing.txt", ["clients=20", "algorithm.name=random", "network.graph=file",
                                      f"network.path={Path(__file__).parent.parent / 'examples/graphs/ring20_chords.txt'}"]),
     "network.redraw_every": ("-1", []),
+    "network.p_offline": ("1", []),
+    "network.availability": ("missing.npy", []),
     "cfl.eps1": ("0", ["algorithm.name=cfl"]),
     "cfl.eps2": ("-1", ["algorithm.name=cfl"]),
     "cfl.gamma_max": ("1", ["algorithm.name=cfl"]),

@@ -214,3 +214,114 @@ def test_a_run_on_a_graph_killed_resumes_exactly(tmp_path):
     whole = launch(1, overrides("panm_grad", tmp_path / "whole", *graph))
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert_same_run(tmp_path / "whole", tmp_path / "killed")
+
+
+# ----------------------------------------------------------------------------
+# Clients that go offline
+
+
+def test_a_client_is_offline_with_p_offline_keyed_on_seed_round_and_client():
+    network = Network(net(p_offline=0.3), 400, 7)
+    rows = torch.stack([network.online(t) for t in range(1, 51)])
+    assert abs(float((~rows).double().mean()) - 0.3) < 0.02            # about 30% offline
+    assert torch.equal(rows[4], Network(net(p_offline=0.3), 400, 7).online(5))   # replicated: same everywhere
+    assert not torch.equal(rows[4], rows[5])                             # anew each round
+    assert Network(net(), 400, 7).online(3) is None                      # no faults asked: everyone
+
+
+def test_an_availability_trace_is_read_by_round_and_its_faults_named(tmp_path):
+    import numpy as np
+
+    from fedclust.network import read_availability
+
+    trace = np.array([[True, False, True], [False, True, True]])
+    np.save(tmp_path / "on.npy", trace)
+    network = Network(net(availability=str(tmp_path / "on.npy")), 3, 0)
+    assert [network.online(t).tolist() for t in (1, 2, 3)] == [trace[0].tolist(), trace[1].tolist(),
+                                                               trace[0].tolist()]   # rows cycle
+    for bad, words in [(np.ones((2, 4), dtype=bool), "[rounds, clients = 3]"), (np.full((2, 3), 0.5), "float64"),
+                       (np.ones(3, dtype=bool), "[rounds, clients = 3]")]:
+        np.save(tmp_path / "bad.npy", bad)
+        with pytest.raises(ConfigError) as e:
+            read_availability(tmp_path / "bad.npy", 3)
+        assert e.value.field == "network.availability" and words in str(e.value)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        read_availability(tmp_path / "none.npy", 3)
+
+
+def test_a_server_samples_its_participants_among_the_online():
+    from fedclust.algorithms.aggregation import participants, trainers
+
+    online = torch.tensor([True, False, True, True, False, True, True, False, True, True])
+    assert torch.equal(participants(3, 4, 10, 1.0, online=online), online)
+    part = participants(3, 4, 10, 0.5, online=online)
+    assert not (part & ~online).any() and int(part.sum()) == 4           # ceil(0.5 x 7 online)
+    keys = rng.uniform(3, 4, "participation", torch.arange(10), 0)        # the plain rule: lowest keys online
+    want = sorted(sorted(online.nonzero().flatten().tolist(), key=lambda i: float(keys[i]))[:4])
+    assert part.nonzero().flatten().tolist() == want
+    assert not participants(3, 4, 10, 0.5, online=torch.zeros(10, dtype=torch.bool)).any()
+    assert torch.equal(participants(3, 4, 10, 0.5), participants(3, 4, 10, 0.5, online=None))   # as before
+    assert trainers(3, 4, 10, 1.0) is None and torch.equal(trainers(3, 4, 10, 1.0, online), online)
+
+
+@pytest.mark.parametrize("name", PEER_METHODS)
+def test_an_offline_client_neither_sends_nor_chooses_and_its_state_stays(name):
+    n = 16
+    cfg = load_config(None, ["data.name=synthetic", f"clients={n}", "algorithm.k=3", "algorithm.l=4",
+                             "stage1_rounds=3", "rounds=8", f"algorithm.name={name}"])
+    algo = registry.build(cfg, run_facts(cfg))
+    network = Network(net(p_offline=0.3), n, 3)
+    for ids in (torch.arange(n), torch.arange(5, 11)):
+        ctx = _ctx(n, ids)
+        ctx.online = network.online
+        state = algo.init(ctx)
+        for t in range(1, 9):
+            online = network.online(t)
+            state, plan = algo.plan(state, ctx, t, _view(t, n).after[ids])
+            view = _view(t, n)
+            view.before, view.after = view.all_before[ids], view.all_after[ids]
+            old = algo.state_dict(state)["clients"]
+            state, result = algo.aggregate(state, ctx, view)
+            averaged = as_mask(result.averaged)
+            assert not averaged[:, ~online].any(), (name, t)              # nothing from an offline client
+            assert not averaged[~online[ids]].any(), (name, t)            # nothing for one
+            contacted = algo.contacted(state, t)
+            if contacted is not None:
+                assert not as_mask(contacted)[:, ~online].any(), (name, t)   # an offline candidate did not answer
+            new = algo.state_dict(state)["clients"]
+            for field, rows in new.items():                               # an offline client's rows stay
+                if rows is not None:
+                    assert torch.equal(rows[~online[ids]], old[field][~online[ids]]), (name, t, field)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["random", "panm_loss", "fedavg", "ifca", "fpfc"])
+def test_runs_with_clients_offline_are_identical_on_one_and_two_processes(tmp_path, name):
+    from test_resume import assert_same_run, launch, overrides
+
+    extra = ["network.p_offline=0.3"] + (["participation=0.5"] if name == "fedavg" else [])
+    for nproc in (1, 2):
+        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *extra))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_run(tmp_path / "p1", tmp_path / "p2")
+
+
+@pytest.mark.integration
+def test_a_round_with_nobody_online_is_skipped_and_said_and_changes_nothing(tmp_path):
+    import json
+
+    import numpy as np
+    from test_resume import launch, overrides
+
+    trace = np.ones((8, 8), dtype=bool)
+    trace[2] = False                      # round 3: nobody
+    trace[4, :3] = False                  # round 5: clients 0-2 offline
+    np.save(tmp_path / "on.npy", trace)
+    out = tmp_path / "r"
+    proc = launch(1, overrides("random", out, f"network.availability={tmp_path / 'on.npy'}", "checkpoint_every=0"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "round 3: no client online (network.availability); skipped" in proc.stderr
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records[2]["train_loss"] is None and records[2]["client_accuracy"] == records[1]["client_accuracy"]
+    assert records[2]["models_received_total"] == records[1]["models_received_total"]
+    assert records[4]["models_received_total"] - records[3]["models_received_total"] < 8 * 2   # fewer delivered

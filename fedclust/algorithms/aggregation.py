@@ -188,13 +188,27 @@ def cluster_average_rows(view, rows: torch.Tensor, assign: torch.Tensor, K: int,
     return out
 
 
-def participants(seed: int, round_: int, n: int, share: float, device=None) -> torch.Tensor:
+def participants(seed: int, round_: int, n: int, share: float, device=None,
+                 online: torch.Tensor | None = None) -> torch.Tensor:
     """Bool ``[n]``: the clients taking part in round ``round_`` — the
     ``ceil(share·n)`` (at least 1) with the lowest keys
     ``rng.uniform(seed, round_, "participation", i, 0)``; everyone when
-    ``share >= 1``.  A pure function of (seed, round), the same on every rank."""
+    ``share >= 1``.  A pure function of (seed, round), the same on every rank.
+    ``online`` (bool ``[n]``, config ``network.p_offline``): the server
+    samples among the clients online this round, ``ceil(share · online)``
+    of them (at least 1 when anyone is online); None: everyone is online."""
     if not 0 < share <= 1:
         raise ValueError(f"participation share must lie in (0, 1], got {share}")
+    if online is not None:
+        online = online.to("cpu", torch.bool)
+        if share >= 1:
+            return online.to(device)
+        count = max(1, math.ceil(share * int(online.sum()) - 1e-9)) if bool(online.any()) else 0
+        keys = rng.uniform(seed, round_, "participation", torch.arange(n), 0).masked_fill(~online, 2.0)
+        chosen = torch.argsort(keys, stable=True)[:count]
+        mask = torch.zeros(n, dtype=torch.bool)
+        mask[chosen] = True
+        return mask.to(device)
     if share >= 1:
         return torch.ones(n, dtype=torch.bool, device=device)
     count = max(1, math.ceil(share * n - 1e-9))
@@ -205,11 +219,11 @@ def participants(seed: int, round_: int, n: int, share: float, device=None) -> t
     return mask.to(device)
 
 
-def trainers(seed: int, round_: int, n: int, share: float) -> torch.Tensor | None:
+def trainers(seed: int, round_: int, n: int, share: float, online: torch.Tensor | None = None) -> torch.Tensor | None:
     """``RoundPlan.trains`` of an algorithm whose aggregate reads the trained
     models of the round's :func:`participants` alone: that mask (on the CPU),
-    or None (everyone trains) when ``share >= 1``."""
-    return None if share >= 1 else participants(seed, round_, n, share)
+    or None (everyone trains) when ``share >= 1`` and everyone is online."""
+    return None if share >= 1 and online is None else participants(seed, round_, n, share, online=online)
 
 
 def own(ctx, values: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ import torch
 from fedclust.algorithms.aggregation import gossip_view, own, own_mask
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
-from fedclust.network import Reach, within
+from fedclust.network import Reach, delivered, within
 from fedclust.peers import PeerIndex, peer_counts
 from fedclust.schema import check_choices
 
@@ -86,6 +86,9 @@ class Context:
     # round t -> who this rank's clients can reach in round t (fedclust.network.Reach: the bool rows of their
     # graph neighbours), or None: the complete graph, every other client (config network.graph)
     reach: Callable[[int], Reach | None] = lambda t: None
+    # round t -> bool [n] (CPU), the clients online in round t, the same on every rank; None: everyone
+    # (config network.p_offline, network.availability)
+    online: Callable[[int], torch.Tensor | None] = lambda t: None
 
     @property
     def own_rows(self) -> slice:
@@ -476,6 +479,28 @@ class Algorithm:
         return dataclasses.replace(template, **{k: v for k, v in values.items() if k in kept})
 
 
+def keep_rows(old: State, new: State, keep: torch.Tensor) -> State:
+    """``new`` with the per-client rows (:func:`client_rows` fields) of the
+    clients where ``keep`` (bool ``[C]``) holds taken from ``old``: what a
+    client offline in the round leaves of the state (it did nothing).
+    Server state is ``new``'s."""
+    if new is None or not bool(keep.any()):
+        return new
+    changes = {}
+    for f in dataclasses.fields(new):
+        if not _is_client_field(f):
+            continue
+        a, b = getattr(old, f.name), getattr(new, f.name)
+        if a is None or b is None:
+            continue
+        if a.shape != b.shape:
+            raise ValueError(f"state field {f.name!r} changed shape in a round ({tuple(a.shape)} -> "
+                             f"{tuple(b.shape)}): an offline client's row cannot be kept")
+        k = keep.to(b.device).view(-1, *([1] * (b.dim() - 1)))
+        changes[f.name] = torch.where(k, a, b)
+    return dataclasses.replace(new, **changes)
+
+
 def received_models(averaged, extra: torch.Tensor | None, own_ids: torch.Tensor) -> torch.Tensor:
     """``[C]`` models each client receives: the peers it averages with
     (``averaged``, a bool [C, n] mask or a :class:`fedclust.peers.PeerIndex`,
@@ -525,11 +550,20 @@ class PeerAlgorithm(Algorithm):
         return None
 
     def aggregate(self, state: State, ctx: Context, view: RoundView) -> tuple[State, RoundResult]:
+        before = state
         state, averaged = self.select(state, ctx, view)
         averaged = within(averaged, ctx.reach(view.round))   # only from this round's graph neighbours
+        online = ctx.online(view.round)
+        averaged = delivered(averaged, online, ctx.client_ids)   # nothing from, or for, a client offline
+        contacted = self.contacted(state, view.round)
+        if online is not None:   # an offline client chose nothing and fetched nothing: its state is as it was
+            own_online = online.to(ctx.device)[ctx.client_ids.to(ctx.device)]
+            state = keep_rows(before, state, ~own_online)
+            if contacted is not None:
+                contacted = contacted & own_online[:, None] & online.to(contacted.device)[None, :]
         view.drop_before()
         own_ids = ctx.client_ids
-        received = received_models(averaged, self.contacted(state, view.round), own_ids)
+        received = received_models(averaged, contacted, own_ids)
         return state, RoundResult(
             models=gossip_view(averaged, own_ids, view),
             lists=self.neighbor_list(state, averaged),

@@ -340,7 +340,7 @@ class Cfl(Algorithm):
             labels = labels.clone()
             labels[rows] = torch.where(loss_b < loss_a, sibling[rows], labels[rows])
         return state, RoundPlan(start=state.models[labels], labels=labels,   # the server reads each one's cluster
-                                trains=trainers(ctx.seed, round_, ctx.n, self.participation))
+                                trains=trainers(ctx.seed, round_, ctx.n, self.participation, ctx.online(round_)))
 
     def thresholds(self, reference_norm: float) -> tuple[float, float]:
         """This run's (ε1, ε2): the absolute values, or
@@ -358,7 +358,7 @@ class Cfl(Algorithm):
         waiting = state.pending >= 0
         # every client's cluster this round (a pending one's pick)
         labels = view.gathered_labels().to(state.labels.device)
-        active = participants(ctx.seed, t, ctx.n, self.participation, after.device)
+        active = participants(ctx.seed, t, ctx.n, self.participation, after.device, ctx.online(t))
         # a participant receives its cluster model; a pending client both halves
         received = torch.where(waiting, 2.0, active.to(torch.float64))
         updates = after - state.models[labels]

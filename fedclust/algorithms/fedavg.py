@@ -58,10 +58,10 @@ class FedAvg(Algorithm):
     def plan(self, state: FedAvgState, ctx: Context, round_: int, models: torch.Tensor):
         start = state.model.expand(len(ctx.client_ids), -1)
         return state, RoundPlan(start=start, anchor=start if self.mu > 0 else None, mu=self.mu,
-                                trains=trainers(ctx.seed, round_, ctx.n, self.participation))
+                                trains=trainers(ctx.seed, round_, ctx.n, self.participation, ctx.online(round_)))
 
     def aggregate(self, state: FedAvgState, ctx: Context, view: RoundView):
-        active = participants(ctx.seed, view.round, ctx.n, self.participation, ctx.device)
+        active = participants(ctx.seed, view.round, ctx.n, self.participation, ctx.device, ctx.online(view.round))
         w = average_rows(view, active)
         C = len(ctx.client_ids)
         return FedAvgState(w), server_result(ctx, w.expand(C, -1).clone(),

@@ -335,7 +335,7 @@ class FedGroup(Algorithm):
 
     def plan(self, state: FedGroupState, ctx: Context, round_: int, models: torch.Tensor):
         start = self.starts(state, own(ctx, state.assignment))
-        trains = trainers(ctx.seed, round_, ctx.n, self.participation)
+        trains = trainers(ctx.seed, round_, ctx.n, self.participation, ctx.online(round_))
         if trains is not None and round_ == 1:   # the cold start's subset S trains too (its pre-training)
             trains = trains | cold_start_clients(ctx.seed, ctx.n, self.fedgroup.pretrain_scale * self.fedgroup.groups)
         return state, RoundPlan(start=start, anchor=start if self.mu > 0 else None, mu=self.mu, trains=trains)
@@ -353,7 +353,7 @@ class FedGroup(Algorithm):
         group models (l. 11); a group's latest update is its model's change
         over the round."""
         g, after, t = self.fedgroup, view.whole_after(), view.round
-        active = participants(ctx.seed, t, ctx.n, self.participation, after.device)
+        active = participants(ctx.seed, t, ctx.n, self.participation, after.device, ctx.online(t))
         assignment = state.assignment.clone()
         if t == 1:
             cold = cold_start_clients(ctx.seed, ctx.n, g.pretrain_scale * g.groups, after.device)

@@ -968,7 +968,8 @@ class Fpfc(Algorithm):
         ``fpfc.fuse=head`` on the head alone, the body trains plain (the
         official LABELSWAP code's ``FPFC.client``)."""
         start = own(ctx, state.omega)
-        trains = trainers(ctx.seed, round_, ctx.n, self.participation)   # only participants' training is read
+        # only participants' training is read
+        trains = trainers(ctx.seed, round_, ctx.n, self.participation, ctx.online(round_))
         if self.prox_layers is None:
             return state, RoundPlan(start=start, anchor=state.zeta, mu=self.fpfc.rho, trains=trains)
         anchor = start.clone()   # the body's columns are never read (no proximal term there)
@@ -989,7 +990,7 @@ class Fpfc(Algorithm):
         ``fpfc.reset_theta``: the pairs not stepped read θ = 0 in ζ and the
         clusters (:func:`kept_coef`, :func:`read_norms`)."""
         f, after, head = self.fpfc, view.whole_after(), self.first
-        active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device)
+        active = participants(ctx.seed, view.round, ctx.n, self.participation, after.device, ctx.online(view.round))
         scale = state.scale
         if scale is None:   # u_1 = participants' mean ‖ω_i^1 − ω_i^0‖, fused columns: λ, ξ and ν in its units
             moved = after[active] - state.omega[active]

@@ -210,14 +210,15 @@ class Ifca(Algorithm):
                 state.ended = []
             losses = loss_matrix(ctx, state.models)
         choice = assign_clusters(losses)
-        trains = trainers(ctx.seed, round_, ctx.n, self.participation)   # only participants' training is read
+        # only participants' training is read
+        trains = trainers(ctx.seed, round_, ctx.n, self.participation, ctx.online(round_))
         return state, RoundPlan(start=state.models[choice], trains=trains, labels=choice)
 
     def aggregate(self, state: IfcaState, ctx: Context, view: RoundView):
         """Per-cluster mean of the participants' trained models; a client holds,
         and is evaluated with, the model of the cluster it chose."""
         K = state.models.shape[0]
-        active = participants(ctx.seed, view.round, ctx.n, self.participation, ctx.device)
+        active = participants(ctx.seed, view.round, ctx.n, self.participation, ctx.device, ctx.online(view.round))
         choice = view.gathered_labels().to(ctx.device)   # every client's choice, from the gather
         models = cluster_average_rows(view, active, choice, K, state.models)
         received = active.to(torch.float64) * K

@@ -32,6 +32,7 @@ from fedclust.algorithms.similarity import (
     similarity_for,
 )
 from fedclust.errors import ConfigError
+from fedclust.network import answering
 from fedclust.peers import PeerIndex
 from fedclust.schema import at_least, option
 
@@ -134,7 +135,7 @@ class PANM(PeerAlgorithm):
         reach = ctx.reach(view.round)
         cand = draw_candidates(ctx.seed, view.round, ctx.client_ids.to(ctx.device), ctx.n, self.l, allowed=reach)
         previous = state.neighbors if reach is None else state.neighbors & reach.mask()
-        pool = cni_pool(cand, previous)  # N_i^0 is empty: round 1 ranks C_i alone
+        pool = answering(cni_pool(cand, previous), ctx.online(view.round))  # N_i^0 empty: round 1 ranks C_i alone
         scores = similarity_for(self.metric, self.alpha, ctx, view, pool)
         neighbors = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
         new = dataclasses.replace(state, neighbors=neighbors, **self._recorded(scores, pool, ctx, view.round))
@@ -147,6 +148,7 @@ class PANM(PeerAlgorithm):
         reach = ctx.reach(t)
         if t % self.tau == 0:
             cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids.to(ctx.device), state.neighbors, self.l, reach)
+            cand, sample = answering(cand, ctx.online(t)), answering(sample, ctx.online(t))   # offline: no answer
             pool = cand | sample
             scores = similarity_for(self.metric, self.panm.hnm_alpha, ctx, view, pool)
             y = (scores.with_values(loss_em_input(scores.values, self.panm.em_input)) if self.metric == "loss"

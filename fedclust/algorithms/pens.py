@@ -25,7 +25,7 @@ from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_c
 from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import client0_similarity, pool_similarity, similarity_for
 from fedclust.errors import ConfigError
-from fedclust.network import both
+from fedclust.network import answering, both
 from fedclust.peers import PeerIndex
 from fedclust.schema import option
 
@@ -154,6 +154,7 @@ class PENS(PeerAlgorithm):
         reach = ctx.reach(t)   # the round's graph neighbours (None: every other client)
         if t <= self.stage1_rounds:
             cand = draw_candidates(ctx.seed, t, ctx.client_ids.to(ctx.device), ctx.n, self.l, allowed=reach)
+            cand = answering(cand, ctx.online(t))   # an offline candidate does not answer
             scores = similarity_for("loss", 0.0, ctx, view, cand)
             top = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
             peers, counts = add_mask(state.count_peers, state.counts, top, self.count_width(ctx.n))
