@@ -119,6 +119,9 @@ def check_network(cfg: Config, algorithm) -> None:
     net, n = cfg.network, cfg.clients
     if net.availability:
         read_availability(net.availability, n)   # refused here, naming what is wrong, before anything starts
+    if net.p_drop > 0 and algorithm.topology != "peer":
+        raise ConfigError("network.p_drop", net.p_drop, f"{cfg.algorithm.name} talks to a server: lost messages are "
+                          "modelled between peers; use network.p_drop=0 (network.p_offline applies to it)")
     if net.graph == "complete":
         return
     if algorithm.topology != "peer":

@@ -207,6 +207,22 @@ class Network:
             self._graph, self._epoch = make_graph(self.net, self.n, self.seed, epoch), epoch
         return self._graph
 
+    def stragglers(self, round_: int) -> torch.Tensor | None:
+        """Bool ``[n]`` (CPU): the clients that straggle in round ``round_``, when
+        ``rng.uniform(seed, round, "straggle", client) < stragglers``; None: none asked."""
+        share = float(self.net.stragglers)
+        if share <= 0:
+            return None
+        return rng.uniform(self.seed, round_, "straggle", torch.arange(self.n), 0) < share
+
+    def delivery(self, round_: int, ids: torch.Tensor) -> Delivery | None:
+        """What arrives in round ``round_`` at clients ``ids`` (None: every model sent, no fault asked)."""
+        online = self.online(round_)
+        p_drop = float(self.net.p_drop)
+        if online is None and p_drop <= 0:
+            return None
+        return Delivery(self.seed, round_, online, p_drop, ids.to("cpu", torch.int64))
+
     def reach(self, round_: int, ids: torch.Tensor, device) -> Reach | None:
         """Round ``round_``'s graph as clients ``ids`` see it (None: complete, every other client)."""
         g = self.graph(round_)
@@ -263,22 +279,70 @@ def keep_peers(choice: PeerIndex, ok: torch.Tensor) -> PeerIndex:
     return PeerIndex(idx, valid.gather(1, order)[:, :width], choice.n)
 
 
-def answering(pool: torch.Tensor, online: torch.Tensor | None) -> torch.Tensor:
-    """A bool ``[C, n]`` pool of peers to score, kept to those online (an
-    offline client does not answer); the pool itself when everyone is."""
-    return pool if online is None else pool & online.to(pool.device)[None, :]
+@dataclass(frozen=True)
+class Delivery:
+    """What arrives in a round, as one process's clients see it: a model
+    comes only from a client online (``online`` bool ``[n]``, None: all) and
+    is lost on the way from client j to client i with probability
+    ``p_drop``, when ``rng.uniform(seed, round, "drop", i, j) < p_drop`` (the
+    same loss for scoring it and for averaging it).  A client offline
+    itself receives nothing."""
+
+    seed: int
+    round: int
+    online: torch.Tensor | None
+    p_drop: float
+    ids: torch.Tensor        # [C] global ids of this process's clients
+
+    def own_online(self) -> torch.Tensor:
+        """Bool ``[C]``: this process's clients online this round."""
+        return (torch.ones(len(self.ids), dtype=torch.bool) if self.online is None
+                else self.online.to("cpu")[self.ids.to("cpu")])
+
+    def arrived(self, rows: torch.Tensor, senders: torch.Tensor) -> torch.Tensor:
+        """Bool, ``senders``' shape: whether the model each sender sent to the row's client (``rows`` local row
+        indices, broadcast) arrived: the sender online and the model not lost."""
+        ok = torch.ones(senders.shape, dtype=torch.bool, device=senders.device)
+        if self.online is not None:
+            ok &= self.online.to(senders.device)[senders]
+        if self.p_drop > 0:
+            receivers = self.ids.to(senders.device)[rows]
+            ok &= rng.uniform(self.seed, self.round, "drop", receivers, senders) >= self.p_drop
+        return ok
+
+    def _mask_rows(self, lo: int, hi: int, n: int, device) -> torch.Tensor:
+        rows = torch.arange(lo, hi, device=device)[:, None]
+        return self.arrived(rows, torch.arange(n, device=device)[None, :].expand(hi - lo, n))
+
+    def answering(self, pool: torch.Tensor) -> torch.Tensor:
+        """A bool ``[C, n]`` pool of peers to score kept to the models that arrived (an offline client, or a lost
+        model, gives no score)."""
+        out = pool.clone()
+        step = max(1, rng.CHOOSE_CHUNK_ELEMENTS // max(pool.shape[1], 1))
+        for lo in range(0, pool.shape[0], step):   # chunks of rows: the loss keys [rows, n] at a time
+            hi = min(pool.shape[0], lo + step)
+            out[lo:hi] &= self._mask_rows(lo, hi, pool.shape[1], pool.device)
+        return out
+
+    def choice(self, choice):
+        """A choice kept to what arrived: nothing from a client offline or a lost model, nothing for a client
+        offline itself."""
+        own = self.own_online()
+        if isinstance(choice, PeerIndex):
+            rows = torch.arange(choice.idx.shape[0], device=choice.idx.device)[:, None]
+            ok = self.arrived(rows, choice.idx) & own.to(choice.idx.device)[:, None]
+            return keep_peers(choice, ok)
+        return self.answering(choice) & own.to(choice.device)[:, None]
 
 
-def delivered(choice, online: torch.Tensor | None, own_ids: torch.Tensor):
-    """A choice kept to what was delivered: no model from a client that is
-    offline, and nothing for an offline client itself (its row is empty).
-    The choice itself when everyone is online."""
-    if online is None:
-        return choice
-    own_online = online.to(own_ids.device)[own_ids]
-    if isinstance(choice, PeerIndex):
-        return keep_peers(choice, online.to(choice.idx.device)[choice.idx] & own_online.to(choice.idx.device)[:, None])
-    return choice & online.to(choice.device)[None, :] & own_online.to(choice.device)[:, None]
+def answering(pool: torch.Tensor, delivery: Delivery | None) -> torch.Tensor:
+    """:meth:`Delivery.answering`, or the pool itself where every model arrives."""
+    return pool if delivery is None else delivery.answering(pool)
+
+
+def delivered(choice, delivery: Delivery | None):
+    """:meth:`Delivery.choice`, or the choice itself where every model arrives."""
+    return choice if delivery is None else delivery.choice(choice)
 
 
 def edge_array(graph: Graph) -> np.ndarray:

@@ -17,6 +17,7 @@ mixing-matrix product.  Every random draw is keyed on (seed, round, client).
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import torch
 
 from fedclust import checkpoint, rng
 from fedclust.algorithms import registry
-from fedclust.algorithms.base import Algorithm, Context, RoundResult
+from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundResult
 from fedclust.algorithms.peer_counts import add_mask
 from fedclust.config import run_facts
 from fedclust.data import FederatedData, load_federated
@@ -102,6 +103,7 @@ class Setup:
     settings: TrainSettings      # the lr of round 1; round t's is derived from it
     stage1_end: int
     comm: Collectives            # every collective of the run goes through it
+    network: Network             # each round's graph, who is online, who straggles (config network)
     columns: int = 0             # the exchange's column block (config exchange_mb); 0: whole models at once
 
     def collective(self, t: int, fn, *args):
@@ -141,7 +143,8 @@ def build(cfg: Config, fabric) -> Setup:
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, pair_loss=pair_loss,
                   pool_loss=pool_loss, all_reduce=comm.all_reduce,
-                  reach=lambda t: network.reach(t, client_ids, device), online=network.online)
+                  reach=lambda t: network.reach(t, client_ids, device), online=network.online,
+                  delivery=lambda t: network.delivery(t, client_ids))
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)
     columns = 0
@@ -150,7 +153,7 @@ def build(cfg: Config, fabric) -> Setup:
     return Setup(cfg=cfg, fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids,
                  data=data, arch=arch, spec=spec, inputs=checkpoint.input_files(cfg), layout=layout, ctx=ctx,
                  algo=algo, settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds), comm=comm,
-                 columns=columns)
+                 network=network, columns=columns)
 
 
 # ----------------------------------------------------------------------------
@@ -200,9 +203,7 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     trains = plan.trains   # None: everyone; else only the round's participants train (the others' loss is NaN)
     if online is not None:   # an offline client does not train
         trains = online if trains is None else trains & online
-    train_loss = train_round(flat, setup.layout, setup.arch, data.train_x, data.train_y, orders, settings,
-                             anchor=plan.anchor, mu=plan.mu, counts=counts, prox_layers=plan.prox_layers,
-                             train=None if trains is None else trains.cpu()[ctx.client_ids.cpu()])
+    train_loss = _train(setup, flat, orders, settings, plan, trains, setup.network.stragglers(t))
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
     labels = plan_labels(algo, plan) if algo.gathers_labels else None
@@ -256,6 +257,27 @@ def run(cfg: Config, prepared: Prepared | None = None) -> dict:
         raise stopped_at_startup(sig.signal, launch_rank(), *resume) from None
     finally:
         stop.restore()
+
+
+def _train(setup: Setup, flat: torch.Tensor, orders: torch.Tensor, settings: TrainSettings, plan: RoundPlan,
+           trains: torch.Tensor | None, slow: torch.Tensor | None) -> torch.Tensor:
+    """The round's local training of this rank's clients, in place on ``flat``: ``trains`` (bool [n], None:
+    all) train, the stragglers among them (``slow``, bool [n]) for ``network.straggler_work`` of their steps.
+    Returns each client's mean training loss (NaN: it did not train)."""
+    data, ids = setup.data, setup.ctx.client_ids.cpu()
+
+    def run(step_settings: TrainSettings, mask: torch.Tensor | None) -> torch.Tensor:
+        return train_round(flat, setup.layout, setup.arch, data.train_x, data.train_y, orders, step_settings,
+                           anchor=plan.anchor, mu=plan.mu, counts=data.train_counts, prox_layers=plan.prox_layers,
+                           train=None if mask is None else mask.cpu()[ids])
+
+    if slow is None:
+        return run(settings, trains)
+    train_all = torch.ones_like(slow) if trains is None else trains.cpu()
+    steps = settings.epochs * math.ceil(data.train_x.shape[1] / settings.batch_size)
+    few = dataclasses.replace(settings, max_steps=max(1, math.ceil(setup.cfg.network.straggler_work * steps)))
+    full, short = run(settings, train_all & ~slow), run(few, train_all & slow)   # a client's bits: its own alone
+    return torch.where(slow.to(full.device)[ids.to(full.device)], short, full)
 
 
 def _empty_round(setup: Setup, state: LoopState, t: int, t0: float, stop_flag: bool, due_flag: bool) -> RoundOutcome:

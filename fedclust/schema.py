@@ -156,6 +156,12 @@ class NetworkConfig:
                                    "samples its participants among the online")
     availability: str = option("", "instead of p_offline: a .npy file of which clients are online in which round, "
                                    "[R, clients] booleans; round t reads row (t - 1) mod R")
+    stragglers: float = option(0.0, "each round each client is a straggler with this probability, in [0, 1): its "
+                                    "local training stops after network.straggler_work of its steps")
+    straggler_work: float = option(0.5, "the share of a round's SGD steps a straggler completes, in (0, 1]")
+    p_drop: float = option(0.0, "each model a client sends a peer is lost with this probability, in [0, 1) (keyed "
+                                "on seed, round, receiver, sender); the receiver averages what arrived; "
+                                "peer-to-peer algorithms only")
 
 
 @dataclass
@@ -765,6 +771,15 @@ def validate_core(cfg: Config) -> None:
     if not 0.0 <= net.p_offline < 1.0:
         raise ConfigError("network.p_offline", net.p_offline, "must lie in [0, 1): the probability that a client is "
                           "offline in a round (1 would leave every round empty)")
+    if not 0.0 <= net.stragglers < 1.0:
+        raise ConfigError("network.stragglers", net.stragglers, "must lie in [0, 1): the probability that a client "
+                          "straggles in a round")
+    if not 0.0 < net.straggler_work <= 1.0:
+        raise ConfigError("network.straggler_work", net.straggler_work, "must lie in (0, 1]: the share of its "
+                          "steps a straggler completes")
+    if not 0.0 <= net.p_drop < 1.0:
+        raise ConfigError("network.p_drop", net.p_drop, "must lie in [0, 1): the probability that a model sent is "
+                          "lost")
     if net.p_offline > 0 and net.availability:
         raise ConfigError("network.availability", net.availability, "gives who is online itself: set "
                           "network.p_offline=0, or leave network.availability empty")

@@ -7,6 +7,7 @@ one ``torch.optim.SGD`` per client), and per-client / per-model loops.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -456,3 +457,31 @@ def test_only_the_rows_that_train_change_and_their_bits_are_the_whole_sets(arch,
     assert torch.equal(none, flat)
     with pytest.raises(ValueError, match="bool"):
         train_round(flat.clone(), layout, net, x, y, orders, s, train=mask.long())
+
+
+# ---------------------------------------------------------------- stragglers
+
+@pytest.mark.parametrize("arch,shape,backprop", [("mlp", MNIST, "auto"), ("mlp", MNIST, "func"),
+                                                 ("cnn", SMALL_CNN, "auto")])
+def test_a_straggler_stops_after_max_steps_as_the_reference_does(arch, shape, backprop):
+    """max_steps = 4 of 6 (2 epochs of 3 batches): the second epoch stops after its first batch."""
+    s = TrainSettings(lr=0.08, momentum=0.9, batch_size=16, epochs=2, client_chunk=2, backprop=backprop, max_steps=4)
+    fast, slow, lf, ls = both_rounds(arch, shape, 4, 40, s)
+    assert torch.allclose(fast, slow, atol=1e-10) and torch.allclose(lf, ls, atol=1e-10)
+    full, _, _, _ = both_rounds(arch, shape, 4, 40, dataclasses.replace(s, max_steps=0))
+    assert not torch.allclose(full, fast)                          # it did stop early
+
+
+def test_stragglers_trained_apart_leave_the_others_bit_for_bit():
+    """The runner trains a round's stragglers in a call of their own (train= the stragglers, max_steps) and the
+    others in another: the others' bits are those of a round without stragglers."""
+    module, layout, flat, x, y = make("mlp", MNIST, 6, 40, torch.float32)
+    s = TrainSettings(lr=0.08, batch_size=16, epochs=2)
+    orders = rng.batch_orders(3, 1, torch.arange(6), 2, 40)
+    whole = flat.clone()
+    train_round(whole, layout, "mlp", x, y, orders, s)
+    split = flat.clone()
+    slow = torch.tensor([False, True, False, False, True, False])
+    train_round(split, layout, "mlp", x, y, orders, s, train=~slow)
+    train_round(split, layout, "mlp", x, y, orders, dataclasses.replace(s, max_steps=2), train=slow)
+    assert torch.equal(split[~slow], whole[~slow]) and not torch.equal(split[slow], whole[slow])

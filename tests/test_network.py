@@ -173,6 +173,7 @@ def test_every_peer_method_receives_only_from_the_round_s_graph_neighbours(name)
     (["algorithm.name=random", "network.graph=ring"], "algorithm.k", "algorithm.k=2"),
     (["algorithm.name=random", "network.graph=file"], "network.path", "network.path=FILE"),
     (["algorithm.name=fedavg", "network.graph=ring"], "network.graph", "peer-to-peer"),
+    (["algorithm.name=ifca", "network.p_drop=0.2"], "network.p_drop", "between peers"),
     (["network.p_edge=0"], "network.p_edge", "(0, 1]"),
     (["network.graph=mesh"], "network.graph", "must be one of"),
 ])
@@ -273,7 +274,7 @@ def test_an_offline_client_neither_sends_nor_chooses_and_its_state_stays(name):
     network = Network(net(p_offline=0.3), n, 3)
     for ids in (torch.arange(n), torch.arange(5, 11)):
         ctx = _ctx(n, ids)
-        ctx.online = network.online
+        ctx.online, ctx.delivery = network.online, (lambda t, ids=ids: network.delivery(t, ids))
         state = algo.init(ctx)
         for t in range(1, 9):
             online = network.online(t)
@@ -325,3 +326,79 @@ def test_a_round_with_nobody_online_is_skipped_and_said_and_changes_nothing(tmp_
     assert records[2]["train_loss"] is None and records[2]["client_accuracy"] == records[1]["client_accuracy"]
     assert records[2]["models_received_total"] == records[1]["models_received_total"]
     assert records[4]["models_received_total"] - records[3]["models_received_total"] < 8 * 2   # fewer delivered
+
+
+# ----------------------------------------------------------------------------
+# Lost messages
+
+
+def test_a_model_is_lost_keyed_on_seed_round_receiver_and_sender():
+    network = Network(net(p_drop=0.25), 300, 4)
+    ids = torch.arange(100, 200)
+    d = network.delivery(6, ids)
+    everyone = torch.ones(100, 300, dtype=torch.bool)
+    arrived = d.answering(everyone)
+    assert abs(float((~arrived).double().mean()) - 0.25) < 0.02
+    want = rng.uniform(4, 6, "drop", ids[:, None], torch.arange(300)[None, :]) >= 0.25   # the rule, written plainly
+    assert torch.equal(arrived, want)
+    shard = Network(net(p_drop=0.25), 300, 4).delivery(6, ids[40:60])   # a rank holding other rows: the same
+    assert torch.equal(shard.answering(everyone[40:60]), want[40:60])
+    pick = PeerIndex.draw(4, 6, "neighbors", ids, 300, 5)
+    kept = d.choice(pick)
+    assert torch.equal(as_mask(kept), as_mask(pick) & want)           # index and mask forms agree
+    assert Network(net(), 300, 4).delivery(6, ids) is None
+
+
+@pytest.mark.parametrize("name", ["random", "panm_grad", "pens"])
+def test_a_lost_model_is_neither_scored_nor_averaged(name):
+    n = 16
+    cfg = load_config(None, ["data.name=synthetic", f"clients={n}", "algorithm.k=3", "algorithm.l=4",
+                             "stage1_rounds=3", "rounds=8", f"algorithm.name={name}"])
+    algo = registry.build(cfg, run_facts(cfg))
+    network = Network(net(p_drop=0.4), n, 3)
+    ids = torch.arange(n)
+    ctx = _ctx(n, ids)
+    ctx.delivery = lambda t: network.delivery(t, ids)
+    state = algo.init(ctx)
+    for t in range(1, 9):
+        state, _ = algo.plan(state, ctx, t, _view(t, n).after)
+        state, result = algo.aggregate(state, ctx, _view(t, n))
+        arrived = network.delivery(t, ids).answering(torch.ones(n, n, dtype=torch.bool))
+        assert not (as_mask(result.averaged) & ~arrived).any(), (name, t)
+        contacted = algo.contacted(state, t)
+        if contacted is not None:
+            assert not (as_mask(contacted) & ~arrived).any(), (name, t)
+
+
+@pytest.mark.integration
+def test_runs_with_lost_messages_are_identical_on_one_and_two_processes(tmp_path):
+    from test_resume import assert_same_run, launch, overrides
+
+    for nproc in (1, 2):
+        proc = launch(nproc, overrides("panm_loss", tmp_path / f"p{nproc}", "network.p_drop=0.3"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_run(tmp_path / "p1", tmp_path / "p2")
+
+
+# ----------------------------------------------------------------------------
+# Stragglers
+
+
+def test_stragglers_are_keyed_on_seed_round_and_client():
+    network = Network(net(stragglers=0.2), 500, 1)
+    rows = torch.stack([network.stragglers(t) for t in range(1, 41)])
+    assert abs(float(rows.double().mean()) - 0.2) < 0.02
+    assert torch.equal(rows[0], rng.uniform(1, 1, "straggle", torch.arange(500), 0) < 0.2)
+    assert Network(net(), 500, 1).stragglers(3) is None
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["random", "fedavg"])
+def test_runs_with_stragglers_are_identical_on_one_and_two_processes(tmp_path, name):
+    from test_resume import assert_same_run, launch, overrides
+
+    extra = ["network.stragglers=0.4", "network.straggler_work=0.3"]
+    for nproc in (1, 2):
+        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *extra))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_run(tmp_path / "p1", tmp_path / "p2")

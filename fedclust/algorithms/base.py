@@ -23,7 +23,7 @@ import torch
 from fedclust.algorithms.aggregation import gossip_view, own, own_mask
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
-from fedclust.network import Reach, delivered, within
+from fedclust.network import Delivery, Reach, delivered, within
 from fedclust.peers import PeerIndex, peer_counts
 from fedclust.schema import check_choices
 
@@ -89,6 +89,9 @@ class Context:
     # round t -> bool [n] (CPU), the clients online in round t, the same on every rank; None: everyone
     # (config network.p_offline, network.availability)
     online: Callable[[int], torch.Tensor | None] = lambda t: None
+    # round t -> what arrives at this rank's clients in round t (fedclust.network.Delivery: online senders, lost
+    # models); None: every model sent arrives (config network.p_offline, network.availability, network.p_drop)
+    delivery: Callable[[int], Delivery | None] = lambda t: None
 
     @property
     def own_rows(self) -> slice:
@@ -553,14 +556,14 @@ class PeerAlgorithm(Algorithm):
         before = state
         state, averaged = self.select(state, ctx, view)
         averaged = within(averaged, ctx.reach(view.round))   # only from this round's graph neighbours
-        online = ctx.online(view.round)
-        averaged = delivered(averaged, online, ctx.client_ids)   # nothing from, or for, a client offline
+        delivery = ctx.delivery(view.round)
+        averaged = delivered(averaged, delivery)   # nothing lost, nothing from or for a client offline
         contacted = self.contacted(state, view.round)
-        if online is not None:   # an offline client chose nothing and fetched nothing: its state is as it was
-            own_online = online.to(ctx.device)[ctx.client_ids.to(ctx.device)]
+        if delivery is not None:   # an offline client chose nothing and fetched nothing: its state is as it was
+            own_online = delivery.own_online().to(ctx.device)
             state = keep_rows(before, state, ~own_online)
             if contacted is not None:
-                contacted = contacted & own_online[:, None] & online.to(contacted.device)[None, :]
+                contacted = delivery.answering(contacted) & own_online[:, None]
         view.drop_before()
         own_ids = ctx.client_ids
         received = received_models(averaged, contacted, own_ids)

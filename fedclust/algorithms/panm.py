@@ -135,7 +135,7 @@ class PANM(PeerAlgorithm):
         reach = ctx.reach(view.round)
         cand = draw_candidates(ctx.seed, view.round, ctx.client_ids.to(ctx.device), ctx.n, self.l, allowed=reach)
         previous = state.neighbors if reach is None else state.neighbors & reach.mask()
-        pool = answering(cni_pool(cand, previous), ctx.online(view.round))  # N_i^0 empty: round 1 ranks C_i alone
+        pool = answering(cni_pool(cand, previous), ctx.delivery(view.round))  # N_i^0 empty: round 1: C_i alone
         scores = similarity_for(self.metric, self.alpha, ctx, view, pool)
         neighbors = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
         new = dataclasses.replace(state, neighbors=neighbors, **self._recorded(scores, pool, ctx, view.round))
@@ -148,7 +148,8 @@ class PANM(PeerAlgorithm):
         reach = ctx.reach(t)
         if t % self.tau == 0:
             cand, sample = hnm_draw(ctx.seed, t, ctx.client_ids.to(ctx.device), state.neighbors, self.l, reach)
-            cand, sample = answering(cand, ctx.online(t)), answering(sample, ctx.online(t))   # offline: no answer
+            delivery = ctx.delivery(t)   # an offline client, or a lost model, gives no score
+            cand, sample = answering(cand, delivery), answering(sample, delivery)
             pool = cand | sample
             scores = similarity_for(self.metric, self.panm.hnm_alpha, ctx, view, pool)
             y = (scores.with_values(loss_em_input(scores.values, self.panm.em_input)) if self.metric == "loss"

@@ -154,7 +154,7 @@ class PENS(PeerAlgorithm):
         reach = ctx.reach(t)   # the round's graph neighbours (None: every other client)
         if t <= self.stage1_rounds:
             cand = draw_candidates(ctx.seed, t, ctx.client_ids.to(ctx.device), ctx.n, self.l, allowed=reach)
-            cand = answering(cand, ctx.online(t))   # an offline candidate does not answer
+            cand = answering(cand, ctx.delivery(t))   # an offline candidate, or a lost model, gives no score
             scores = similarity_for("loss", 0.0, ctx, view, cand)
             top = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
             peers, counts = add_mask(state.count_peers, state.counts, top, self.count_width(ctx.n))

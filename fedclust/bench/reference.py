@@ -23,7 +23,8 @@ def reference_train_round(flat: torch.Tensor, layout: ParamLayout, arch: str, x:
     """Train each client's row of ``flat`` [C, P] in place with its own module
     and optimizer, minimising the batch cross-entropy plus, with an
     ``anchor`` ([P] or [C, P]), ``mu/2 ||w - anchor||^2``; returns each
-    client's mean batch cross-entropy over the round [C]."""
+    client's mean batch cross-entropy over the round [C].  ``settings.max_steps``: each client stops after
+    that many steps (a straggler)."""
     model = build_model(arch, input_shape, num_classes).to(device=flat.device, dtype=flat.dtype)
     n, bs = x.shape[1], settings.batch_size
     losses = torch.empty(flat.shape[0], dtype=flat.dtype, device=flat.device)
@@ -36,6 +37,8 @@ def reference_train_round(flat: torch.Tensor, layout: ParamLayout, arch: str, x:
         for epoch in range(orders.shape[0]):
             order = orders[epoch, c].to(x.device)
             for start in range(0, n, bs):
+                if settings.max_steps and steps == settings.max_steps:   # a straggler stops here
+                    break
                 idx = order[start:start + bs]
                 loss = F.cross_entropy(model(x[c, idx]), y[c, idx].to(x.device))
                 objective = loss

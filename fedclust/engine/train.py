@@ -29,6 +29,7 @@ clients, and no host synchronisation in the step loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Protocol
 
 import torch
@@ -80,6 +81,7 @@ class TrainSettings:
     client_chunk: int = 0  # clients trained at once; 0 = automatic (see train_chunk_size)
     backprop: str = "auto"  # auto: hand-written for mlp/logreg, torch.func otherwise | func: torch.func always
     compile: bool = False  # torch.compile the torch.func gradient step (meant for GPUs; implies func)
+    max_steps: int = 0     # a straggler's round: it stops after this many SGD steps (0: every step of its epochs)
 
     def __post_init__(self):
         """Guards of the engine's API; a run's values come from the ``train``
@@ -93,6 +95,8 @@ class TrainSettings:
                              "use at least 1 of each")
         if self.backprop not in ("auto", "func"):
             raise ValueError(f"TrainSettings.backprop = {self.backprop!r}: use 'auto' or 'func'")
+        if self.max_steps < 0:
+            raise ValueError(f"TrainSettings.max_steps = {self.max_steps!r}: use 0 (every step) or a positive count")
         if self.client_chunk < 0:
             raise ValueError(f"TrainSettings.client_chunk = {self.client_chunk!r}: use 0 (automatic) or a "
                              "positive count")
@@ -190,6 +194,11 @@ def sgd_momentum_(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: l
     return grads
 
 
+def _limit(settings: TrainSettings) -> int | None:
+    """The steps a round's training takes at most (``islice``'s stop): ``max_steps``, None for all."""
+    return settings.max_steps or None
+
+
 def _batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size: int,
              rows: torch.Tensor | None = None):
     """The round's batches (x [C, b, ...], y [C, b]): consecutive slices of
@@ -261,7 +270,7 @@ def _train_chunk_masked(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: 
     bufs = None
     loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
     steps = torch.zeros_like(loss_sum)
-    for xb, yb, w, active in _masked_batches(x, y, orders, settings.batch_size, counts):
+    for xb, yb, w, active in islice(_masked_batches(x, y, orders, settings.batch_size, counts), _limit(settings)):
         grads, losses = grad_fn(params, xb, yb, w)
         grads = [grads[name] for name in layout.names]
         if anchors is not None:  # proximal term: g += mu * (w - anchor)
@@ -290,7 +299,7 @@ def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: to
     bufs = None  # momentum, one tensor per layer [C, *shape]
     loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
     steps = 0
-    for xb, yb in _batches(x, y, orders, settings.batch_size):
+    for xb, yb in islice(_batches(x, y, orders, settings.batch_size), _limit(settings)):
         grads, losses = grad_fn(params, xb, yb)
         grads = [grads[name] for name in layout.names]
         if anchors is not None:  # proximal term: g += mu * (w - anchor)
@@ -312,7 +321,7 @@ def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[st
     bufs = layout.views(momentum)
     loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
     steps = 0
-    for xb, yb in _batches(x, y, orders, settings.batch_size):
+    for xb, yb in islice(_batches(x, y, orders, settings.batch_size), _limit(settings)):
         loss_sum += dense_momentum_grads_(params, bufs, xb, yb, settings.momentum if steps else 0.0, layers)
         if anchor is not None:
             if prox is None:   # proximal term: buf += mu * (w - anchor)
@@ -345,7 +354,8 @@ def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x
         centre = list(layout.views(anchor[c]).values()) if anchor is not None else None
         bufs, total, steps = None, torch.zeros((), dtype=flat.dtype, device=flat.device), 0
         m = int(counts[c]) if counts is not None else x.shape[1]   # the client's own examples come first
-        for xb, yb in _batches(x[c:c + 1], y[c:c + 1], orders[:, c:c + 1, :m], settings.batch_size, rows[:1]):
+        batches = _batches(x[c:c + 1], y[c:c + 1], orders[:, c:c + 1, :m], settings.batch_size, rows[:1])
+        for xb, yb in islice(batches, _limit(settings)):
             loss = F.cross_entropy(module(xb[0]), yb[0])
             grads = list(torch.autograd.grad(loss, params))
             with torch.no_grad():
