@@ -93,6 +93,7 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
         "round_seconds": outcome.seconds,
         "client_accuracy": [round(100.0 * float(a), 2) for a in acc_all],
     }
+    record.update(honest_and_worst(acc_all, setup.attackers, ctx.clusters))
     for k in setup.algo.extra_accuracies:   # the algorithm's own accuracies (CFL: best of lineage); null if not given
         record[k] = 100.0 * float(extra_all[k].mean()) if k in extra_all else None
     truth = None if ctx.clusters is None else ctx.clusters.cpu().numpy()   # None: not known (ari null)
@@ -103,6 +104,21 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
         record.update({"num_clusters": int(len(np.unique(labels))),
                        "ari": None if truth is None else adjusted_rand_index(truth, labels)})
     return record, all_lists
+
+
+def honest_and_worst(acc: torch.Tensor, attackers: torch.Tensor | None, clusters: torch.Tensor | None) -> dict:
+    """``honest_accuracy``: the mean test accuracy (percent) of the clients that do not attack (every client's
+    mean when none does); ``worst_cluster_accuracy``: the lowest mean of those clients' accuracies over the true
+    clusters (null when the data gives no clusters)."""
+    honest = None if attackers is None else ~attackers.to(acc.device)
+    mean = 100.0 * float(acc.mean()) if honest is None else 100.0 * float(acc[honest].mean())
+    worst = None
+    if clusters is not None:
+        truth = clusters.to(acc.device)
+        keep = torch.ones_like(truth, dtype=torch.bool) if honest is None else honest
+        means = [float(acc[(truth == k) & keep].mean()) for k in torch.unique(truth[keep]).tolist()]
+        worst = 100.0 * min(means) if means else None
+    return {"honest_accuracy": mean, "worst_cluster_accuracy": worst}
 
 
 def extra_accuracies(setup: RankSetup, state, accuracy: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -150,6 +166,8 @@ def summarize(setup: RankSetup, history: list[dict], wall: float, process: float
         "seed": cfg.seed,
         "final_accuracy": final["accuracy"],
         **{f"final_{k}": final.get(k) for k in setup.algo.extra_accuracies},
+        "honest_accuracy": final["honest_accuracy"],
+        "worst_cluster_accuracy": final["worst_cluster_accuracy"],
         "best_accuracy": best["accuracy"],
         "best_round": best["round"],
         "final_loss": final["loss"],

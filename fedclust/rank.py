@@ -50,5 +50,6 @@ class RankSetup(Protocol):
     algo: Algorithm
     stage1_end: int              # the last round of stage one
     columns: int                 # the exchange's column block (config exchange_mb); 0: whole models at once
+    attackers: torch.Tensor | None   # [n] bool, the run's attackers (config attack); None: none
 
     def collective(self, t: int, fn: Callable[..., T], *args: Any) -> T: ...

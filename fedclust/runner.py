@@ -30,6 +30,7 @@ from fedclust import checkpoint, rng
 from fedclust.algorithms import registry
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundResult
 from fedclust.algorithms.peer_counts import add_mask
+from fedclust.attack import attackers, flip_labels, poison_
 from fedclust.config import run_facts
 from fedclust.data import FederatedData, load_federated
 from fedclust.data.validation import carve_validation
@@ -104,6 +105,7 @@ class Setup:
     stage1_end: int
     comm: Collectives            # every collective of the run goes through it
     network: Network             # each round's graph, who is online, who straggles (config network)
+    attackers: torch.Tensor | None = None   # [n] bool, the run's attackers (config attack); None: none
     columns: int = 0             # the exchange's column block (config exchange_mb); 0: whole models at once
 
     def collective(self, t: int, fn, *args):
@@ -125,6 +127,9 @@ def build(cfg: Config, fabric) -> Setup:
     data = load_federated(cfg.data, n, cfg.seed, client_ids.tolist(), device=device)
     # a validation split for an algorithm that asks for one (CFL's best-of-lineage choice); 0: data unchanged
     data = carve_validation(data, algo.validation_share, cfg.seed, algo.validation_key)
+    bad = attackers(cfg.seed, n, cfg.attack.fraction)   # the same on every rank
+    if bad is not None and cfg.attack.kind == "label_flip":   # they train on flipped labels, every round
+        data = dataclasses.replace(data, train_y=flip_labels(data.train_y, bad[client_ids], data.num_classes))
     spec = model_name(cfg)
     layout, w0 = initial_weights(spec, data.input_shape, data.num_classes, cfg.seed)
     arch, why = make_net(spec, data.input_shape, data.num_classes, cfg.engine, device.type, cfg.seed)
@@ -153,7 +158,7 @@ def build(cfg: Config, fabric) -> Setup:
     return Setup(cfg=cfg, fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids,
                  data=data, arch=arch, spec=spec, inputs=checkpoint.input_files(cfg), layout=layout, ctx=ctx,
                  algo=algo, settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds), comm=comm,
-                 network=network, columns=columns)
+                 network=network, attackers=bad, columns=columns)
 
 
 # ----------------------------------------------------------------------------
@@ -203,7 +208,11 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     trains = plan.trains   # None: everyone; else only the round's participants train (the others' loss is NaN)
     if online is not None:   # an offline client does not train
         trains = online if trains is None else trains & online
+    sending = _attacking(setup, trains)   # this rank's attackers training this round: [rows], or None
+    start = flat[sending].clone() if sending is not None else None
     train_loss = _train(setup, flat, orders, settings, plan, trains, setup.network.stragglers(t))
+    if sending is not None and start is not None:   # they send poison instead of what they trained
+        poison_(flat, start, sending, ctx.client_ids[sending.to(ctx.client_ids.device)], cfg.attack, cfg.seed, t)
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
     labels = plan_labels(algo, plan) if algo.gathers_labels else None
@@ -257,6 +266,16 @@ def run(cfg: Config, prepared: Prepared | None = None) -> dict:
         raise stopped_at_startup(sig.signal, launch_rank(), *resume) from None
     finally:
         stop.restore()
+
+
+def _attacking(setup: Setup, trains: torch.Tensor | None) -> torch.Tensor | None:
+    """Local rows of this rank's attackers that train this round (they send poison), or None: none."""
+    if setup.attackers is None or setup.cfg.attack.kind == "label_flip":   # label_flip's poison is in its labels
+        return None
+    ids = setup.client_ids
+    mine = setup.attackers[ids] & (True if trains is None else trains.cpu()[ids])
+    rows = mine.nonzero().flatten()
+    return rows.to(setup.device) if len(rows) else None
 
 
 def _train(setup: Setup, flat: torch.Tensor, orders: torch.Tensor, settings: TrainSettings, plan: RoundPlan,

@@ -54,6 +54,7 @@ Precision = Literal["default", "fp32", "tf32"]   # fedclust.engine.precision
 Device = Literal["auto", "cpu", "cuda"]
 ResumeMode = Literal["auto", "never", "require"]
 GraphKind = Literal["complete", "ring", "regular", "erdos_renyi", "small_world", "file"]
+AttackKind = Literal["sign_flip", "gaussian", "label_flip"]
 PRECISIONS = typing.get_args(Precision)
 
 
@@ -165,6 +166,19 @@ class NetworkConfig:
 
 
 @dataclass
+class AttackConfig:
+    """Adversarial clients (fedclust.attack; docs/algorithms.md, "Networks")."""
+
+    fraction: float = option(0.0, "share of clients, fixed for the run, that send poisoned models instead of "
+                                  "their trained ones, in [0, 0.5); 0: no attack")
+    kind: AttackKind = option("sign_flip", "what they send: sign_flip (the update reversed, times attack.scale), "
+                                           "gaussian (the trained model plus noise of std attack.scale) or "
+                                           "label_flip (the model trained on labels K - 1 - y)")
+    scale: float = option(1.0, "sign_flip: the reversed update's factor; gaussian: the noise's standard "
+                               "deviation; > 0")
+
+
+@dataclass
 class WandbConfig:
     """Weights & Biases tracking (rank 0).  An empty value is not passed to
     W&B, so the WANDB_* environment (WANDB_MODE, WANDB_PROJECT, ...) decides."""
@@ -211,6 +225,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
     participation: float = option(1.0, "share of clients taking part each round (centralized methods), in (0, 1]",
         doc=("share of clients taking part each round (centralized methods), in (0, 1]; only they train, "
             "and `train_loss` is their mean"))
@@ -780,6 +795,11 @@ def validate_core(cfg: Config) -> None:
     if not 0.0 <= net.p_drop < 1.0:
         raise ConfigError("network.p_drop", net.p_drop, "must lie in [0, 1): the probability that a model sent is "
                           "lost")
+    if not 0.0 <= cfg.attack.fraction < 0.5:
+        raise ConfigError("attack.fraction", cfg.attack.fraction, "must lie in [0, 0.5): the share of attackers "
+                          "(from half on they are no minority)")
+    finite("attack.scale", cfg.attack.scale, "must be a finite number > 0 (sign_flip: the reversed update's "
+           "factor; gaussian: the noise's std)")
     if net.p_offline > 0 and net.availability:
         raise ConfigError("network.availability", net.availability, "gives who is online itself: set "
                           "network.p_offline=0, or leave network.availability empty")

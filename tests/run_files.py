@@ -66,18 +66,14 @@ def machine_id(fingerprint: dict | None = None) -> str:
 
 
 def golden_dir() -> Path | None:
-    """The golden files recorded on a machine like this one (``tests/golden/machines/<machine id>/``, or the
-    first recording, ``tests/golden/``, whose CPU features were not recorded, where the torch build and ATen
-    capability match it); None: none was, and floats are compared to 1e-6 (tests/golden/README.md)."""
-    import torch
-
-    here = GOLDEN / "machines" / machine_id()
-    if (here / "environment.json").is_file():
-        return here
-    first = json.loads((GOLDEN / "environment.json").read_text())
-    if first["torch"] == torch.__version__ and first["cpu_capability"] == torch.backends.cpu.get_cpu_capability():
+    """The golden files recorded on a machine like this one: ``tests/golden/`` when its ``environment.json``
+    is this machine's fingerprint, else ``tests/golden/machines/<machine id>/`` where one was recorded; None:
+    none was, and floats are compared to 1e-6 (tests/golden/README.md)."""
+    here = machine_fingerprint()
+    if json.loads((GOLDEN / "environment.json").read_text()) == here:
         return GOLDEN
-    return None
+    other = GOLDEN / "machines" / machine_id(here)
+    return other if (other / "environment.json").is_file() else None
 
 
 def golden_here() -> bool:

@@ -59,10 +59,11 @@ def test_metrics_equal_the_golden_file(tmp_path, name):
              f"{name} summary")
 
 
-@pytest.mark.parametrize("machine", sorted(p.name for p in (GOLDEN / "machines").glob("*") if p.is_dir()))
+@pytest.mark.parametrize("machine", sorted(p.name for p in (GOLDEN / "machines").glob("*") if p.is_dir()) or
+                         [pytest.param("", marks=pytest.mark.skip(reason="no other machine's recording is kept"))])
 def test_each_machines_recording_agrees_with_the_first(machine):
-    """A machine's own recording (same code, same runs) differs from the first only in float rounding: every
-    non-float identical, every float within 1e-6 relative."""
+    """Another machine's recording (same code, same runs) differs from the canonical one only in float rounding:
+    every non-float identical, every float within 1e-6 relative."""
     d = GOLDEN / "machines" / machine
     assert sorted(p.stem for p in d.glob("*.jsonl")) == NAMES
     for name in NAMES:

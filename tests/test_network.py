@@ -402,3 +402,70 @@ def test_runs_with_stragglers_are_identical_on_one_and_two_processes(tmp_path, n
         proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *extra))
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert_same_run(tmp_path / "p1", tmp_path / "p2")
+
+
+# ----------------------------------------------------------------------------
+# Attackers, and the honest and worst-cluster accuracies
+
+
+def test_the_attackers_are_the_lowest_keys_fixed_for_the_run():
+    from fedclust.attack import attackers
+
+    bad = attackers(5, 40, 0.2)
+    keys = rng.uniform(5, 0, "attackers", torch.arange(40), 0)
+    assert bad.nonzero().flatten().tolist() == sorted(torch.argsort(keys)[:8].tolist())   # ceil(0.2 x 40)
+    assert attackers(5, 40, 0.0) is None and int(attackers(5, 7, 0.3).sum()) == 3
+
+
+def test_what_an_attacker_sends():
+    from fedclust.attack import flip_labels, poison_
+    from fedclust.schema import AttackConfig
+
+    start = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+    trained = start + 0.5
+    rows, ids = torch.tensor([1, 3]), torch.tensor([11, 13])
+    flat = trained.clone()
+    poison_(flat, start[rows], rows, ids, AttackConfig(kind="sign_flip", scale=2.0), seed=1, round_=3)
+    assert torch.allclose(flat[rows], start[rows] - 2.0 * 0.5) and torch.equal(flat[[0, 2]], trained[[0, 2]])
+    a, b = trained.clone(), trained.clone()
+    poison_(a, start[rows], rows, ids, AttackConfig(kind="gaussian", scale=0.1), seed=1, round_=3)
+    poison_(b, start[rows], rows, ids[[1, 0]], AttackConfig(kind="gaussian", scale=0.1), seed=1, round_=3)
+    noise_a, noise_b = a - trained, b - trained
+    assert torch.allclose(noise_a[1], noise_b[3], atol=1e-6) and torch.allclose(noise_a[3], noise_b[1], atol=1e-6)
+    assert 0.03 < float((a[rows] - trained[rows]).std()) < 0.3 and torch.equal(a[[0, 2]], trained[[0, 2]])
+    same = trained.clone()
+    poison_(same, start[rows], rows, ids, AttackConfig(kind="label_flip"), seed=1, round_=3)
+    assert torch.equal(same, trained)                                      # label_flip's poison is in its labels
+    y = torch.tensor([[0, 1, 9], [2, 3, 4]])
+    assert flip_labels(y, torch.tensor([False, True]), 10).tolist() == [[0, 1, 9], [7, 6, 5]]
+
+
+def test_honest_and_worst_cluster_accuracy_by_hand():
+    from fedclust.evaluation import honest_and_worst
+
+    acc = torch.tensor([1.0, 0.5, 0.0, 0.75, 0.25, 1.0], dtype=torch.float64)
+    clusters = torch.tensor([0, 0, 0, 1, 1, 1])
+    got = honest_and_worst(acc, None, clusters)
+    assert got["honest_accuracy"] == pytest.approx(100 * 3.5 / 6) and got["worst_cluster_accuracy"] == 50.0
+    bad = torch.tensor([False, False, True, False, True, False])            # clients 2 and 4 attack
+    got = honest_and_worst(acc, bad, clusters)
+    assert got["honest_accuracy"] == pytest.approx(100 * 3.25 / 4)
+    assert got["worst_cluster_accuracy"] == pytest.approx(75.0)             # cluster 0: (1 + .5)/2; 1: (.75 + 1)/2
+    assert honest_and_worst(acc, None, None)["worst_cluster_accuracy"] is None
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name,kind", [("random", "sign_flip"), ("fedavg", "gaussian"), ("panm_grad", "label_flip")])
+def test_runs_under_attack_are_identical_on_one_and_two_processes(tmp_path, name, kind):
+    import json
+
+    from test_resume import assert_same_run, launch, overrides
+
+    extra = ["attack.fraction=0.25", f"attack.kind={kind}"]
+    for nproc in (1, 2):
+        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *extra))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_run(tmp_path / "p1", tmp_path / "p2")
+    summary = json.loads((tmp_path / "p1" / "summary.json").read_text())
+    assert summary["honest_accuracy"] != summary["final_accuracy"]          # the attackers are left out
+    assert summary["worst_cluster_accuracy"] <= summary["honest_accuracy"]

@@ -143,7 +143,7 @@ LAYERS = [
      "fedclust.__version__"},
     {"fedclust.schema"},
     {"fedclust.data", "fedclust.engine", "fedclust.models", "fedclust.dist", "fedclust.metrics", "fedclust.peers",
-     "fedclust.network",
+     "fedclust.network", "fedclust.attack",
      "fedclust.theory", "fedclust.progress"},
     {"fedclust.algorithms"},
     {"fedclust.config", "fedclust.outputs", "fedclust.figures", "fedclust.report", "fedclust.checkpoint",
