@@ -469,3 +469,18 @@ def test_runs_under_attack_are_identical_on_one_and_two_processes(tmp_path, name
     summary = json.loads((tmp_path / "p1" / "summary.json").read_text())
     assert summary["honest_accuracy"] != summary["final_accuracy"]          # the attackers are left out
     assert summary["worst_cluster_accuracy"] <= summary["honest_accuracy"]
+
+
+@pytest.mark.integration
+def test_a_run_under_every_fault_killed_on_two_processes_resumes_exactly(tmp_path):
+    """A graph redrawn every 2 rounds, clients offline, lost messages, stragglers and attackers at once: killed
+    after round 5 on 2 processes, resumed on 1, it ends as the uninterrupted run."""
+    from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
+
+    faults = ("algorithm.k=2", "network.graph=regular", "network.degree=4", "network.redraw_every=2",
+              "network.p_offline=0.2", "network.p_drop=0.2", "network.stragglers=0.3", "attack.fraction=0.25")
+    killed_run(2, "panm_grad", tmp_path / "killed", *faults)
+    sub_run("panm_grad", tmp_path / "killed", *faults)
+    whole = launch(2, overrides("panm_grad", tmp_path / "whole", *faults))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert_same_run(tmp_path / "whole", tmp_path / "killed")
