@@ -65,9 +65,10 @@ class Graph:
         return out.to(device) if device is not None else out
 
 
-def graph_seed(seed: int, epoch: int, attempt: int) -> int:
-    """The networkx seed of a graph: a function of (seed, epoch, attempt) alone."""
-    return int(rng.hash_ints(seed, epoch, "graph", torch.tensor(attempt), 0)) % 2**32
+def graph_seed(seed: int, epoch: int, attempt: int, stream: str = "graph") -> int:
+    """The networkx seed of a graph: a function of (seed, epoch, attempt) alone (and the stream: an algorithm
+    drawing graphs of its own, Epidemic Learning's, keys them on another)."""
+    return int(rng.hash_ints(seed, epoch, stream, torch.tensor(attempt), 0)) % 2**32
 
 
 def read_edge_list(path: str | Path, n: int) -> Any:
@@ -99,10 +100,12 @@ def read_edge_list(path: str | Path, n: int) -> Any:
     return g
 
 
-def make_graph(net: Any, n: int, seed: int, epoch: int) -> Graph | None:
+def make_graph(net: Any, n: int, seed: int, epoch: int, stream: str = "graph",
+               connected: bool = True) -> Graph | None:
     """The graph of epoch ``epoch`` for the ``network`` section ``net`` (None:
     complete, no graph).  A random graph that is not connected is drawn
-    again (the attempt is part of the key) up to :data:`GRAPH_TRIES` times."""
+    again (the attempt is part of the key) up to :data:`GRAPH_TRIES` times
+    (``connected=False``: taken as drawn)."""
     kind = net.graph
     if kind == "complete":
         return None
@@ -111,7 +114,7 @@ def make_graph(net: Any, n: int, seed: int, epoch: int) -> Graph | None:
     if kind == "ring":
         return Graph.from_networkx(nx.cycle_graph(n), n)
     for attempt in range(GRAPH_TRIES):
-        s = graph_seed(seed, epoch, attempt)
+        s = graph_seed(seed, epoch, attempt, stream)
         if kind == "regular":
             g = nx.random_regular_graph(net.degree, n, seed=s)
         elif kind == "erdos_renyi":
@@ -121,7 +124,7 @@ def make_graph(net: Any, n: int, seed: int, epoch: int) -> Graph | None:
         else:
             raise ConfigError("network.graph", kind, "choose complete, ring, regular, erdos_renyi, small_world or "
                               "file")
-        if nx.is_connected(g):
+        if not connected or nx.is_connected(g):
             return Graph.from_networkx(g, n)
     hint = (f"raise network.p_edge above ln(n)/n = {math.log(n) / n:.3g}" if kind == "erdos_renyi"
             else "raise network.degree")

@@ -148,7 +148,7 @@ def build(cfg: Config, fabric) -> Setup:
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, pair_loss=pair_loss,
                   pool_loss=pool_loss, all_reduce=comm.all_reduce,
-                  reach=lambda t: network.reach(t, client_ids, device), online=network.online,
+                  reach=lambda t: network.reach(t, client_ids, device), graph=network.graph, online=network.online,
                   delivery=lambda t: network.delivery(t, client_ids))
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)

@@ -184,6 +184,8 @@ OUT_OF_RANGE = {
     "attack.fraction": ("0.5", []),
     "attack.kind": ("noise", []),
     "attack.scale": ("0", []),
+    "epidemic.variant": ("push", ["algorithm.name=epidemic"]),
+    "epidemic.s": ("8", ["algorithm.name=epidemic"]),
     "cfl.eps1": ("0", ["algorithm.name=cfl"]),
     "cfl.eps2": ("-1", ["algorithm.name=cfl"]),
     "cfl.gamma_max": ("1", ["algorithm.name=cfl"]),

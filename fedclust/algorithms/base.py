@@ -23,7 +23,7 @@ import torch
 from fedclust.algorithms.aggregation import gossip_view, own, own_mask
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
-from fedclust.network import Delivery, Reach, delivered, within
+from fedclust.network import Delivery, Graph, Reach, delivered, within
 from fedclust.peers import PeerIndex, peer_counts
 from fedclust.schema import check_choices
 
@@ -86,6 +86,9 @@ class Context:
     # round t -> who this rank's clients can reach in round t (fedclust.network.Reach: the bool rows of their
     # graph neighbours), or None: the complete graph, every other client (config network.graph)
     reach: Callable[[int], Reach | None] = lambda t: None
+    # round t -> the round's whole graph (fedclust.network.Graph, every client's neighbours), for a method whose
+    # draws are made by the senders (Epidemic Learning's pushes); None: complete
+    graph: Callable[[int], Graph | None] = lambda t: None
     # round t -> bool [n] (CPU), the clients online in round t, the same on every rank; None: everyone
     # (config network.p_offline, network.availability)
     online: Callable[[int], torch.Tensor | None] = lambda t: None
