@@ -190,34 +190,6 @@ def test_complete_is_the_default_and_a_round_s_reach_then_is_none():
 
 
 # ----------------------------------------------------------------------------
-# Whole runs
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("name", ["random", "panm_grad", "pens"])
-def test_runs_on_a_graph_are_identical_on_one_and_two_processes(tmp_path, name):
-    from test_resume import assert_same_run, launch, overrides
-
-    graph = ["algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3"]
-    for nproc in (1, 2):
-        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *graph))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_same_run(tmp_path / "p1", tmp_path / "p2")
-
-
-@pytest.mark.integration
-def test_a_run_on_a_graph_killed_resumes_exactly(tmp_path):
-    from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
-
-    graph = ("algorithm.k=2", "network.graph=small_world", "network.degree=4", "network.redraw_every=2")
-    killed_run(2, "panm_grad", tmp_path / "killed", *graph)
-    sub_run("panm_grad", tmp_path / "killed", *graph)
-    whole = launch(1, overrides("panm_grad", tmp_path / "whole", *graph))
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    assert_same_run(tmp_path / "whole", tmp_path / "killed")
-
-
-# ----------------------------------------------------------------------------
 # Clients that go offline
 
 
@@ -296,18 +268,6 @@ def test_an_offline_client_neither_sends_nor_chooses_and_its_state_stays(name):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["random", "panm_loss", "fedavg", "ifca", "fpfc"])
-def test_runs_with_clients_offline_are_identical_on_one_and_two_processes(tmp_path, name):
-    from test_resume import assert_same_run, launch, overrides
-
-    extra = ["network.p_offline=0.3"] + (["participation=0.5"] if name == "fedavg" else [])
-    for nproc in (1, 2):
-        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *extra))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_same_run(tmp_path / "p1", tmp_path / "p2")
-
-
-@pytest.mark.integration
 def test_a_round_with_nobody_online_is_skipped_and_said_and_changes_nothing(tmp_path):
     import json
 
@@ -370,15 +330,6 @@ def test_a_lost_model_is_neither_scored_nor_averaged(name):
             assert not (as_mask(contacted) & ~arrived).any(), (name, t)
 
 
-@pytest.mark.integration
-def test_runs_with_lost_messages_are_identical_on_one_and_two_processes(tmp_path):
-    from test_resume import assert_same_run, launch, overrides
-
-    for nproc in (1, 2):
-        proc = launch(nproc, overrides("panm_loss", tmp_path / f"p{nproc}", "network.p_drop=0.3"))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_same_run(tmp_path / "p1", tmp_path / "p2")
-
 
 # ----------------------------------------------------------------------------
 # Stragglers
@@ -391,17 +342,6 @@ def test_stragglers_are_keyed_on_seed_round_and_client():
     assert torch.equal(rows[0], rng.uniform(1, 1, "straggle", torch.arange(500), 0) < 0.2)
     assert Network(net(), 500, 1).stragglers(3) is None
 
-
-@pytest.mark.integration
-@pytest.mark.parametrize("name", ["random", "fedavg"])
-def test_runs_with_stragglers_are_identical_on_one_and_two_processes(tmp_path, name):
-    from test_resume import assert_same_run, launch, overrides
-
-    extra = ["network.stragglers=0.4", "network.straggler_work=0.3"]
-    for nproc in (1, 2):
-        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *extra))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_same_run(tmp_path / "p1", tmp_path / "p2")
 
 
 # ----------------------------------------------------------------------------
@@ -455,23 +395,6 @@ def test_honest_and_worst_cluster_accuracy_by_hand():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name,kind", [("random", "sign_flip"), ("fedavg", "gaussian"), ("panm_grad", "label_flip")])
-def test_runs_under_attack_are_identical_on_one_and_two_processes(tmp_path, name, kind):
-    import json
-
-    from test_resume import assert_same_run, launch, overrides
-
-    extra = ["attack.fraction=0.25", f"attack.kind={kind}"]
-    for nproc in (1, 2):
-        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *extra))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_same_run(tmp_path / "p1", tmp_path / "p2")
-    summary = json.loads((tmp_path / "p1" / "summary.json").read_text())
-    assert summary["honest_accuracy"] != summary["final_accuracy"]          # the attackers are left out
-    assert summary["worst_cluster_accuracy"] <= summary["honest_accuracy"]
-
-
-@pytest.mark.integration
 def test_a_run_under_every_fault_killed_on_two_processes_resumes_exactly(tmp_path):
     """A graph redrawn every 2 rounds, clients offline, lost messages, stragglers and attackers at once: killed
     after round 5 on 2 processes, resumed on 1, it ends as the uninterrupted run."""
@@ -484,3 +407,37 @@ def test_a_run_under_every_fault_killed_on_two_processes_resumes_exactly(tmp_pat
     whole = launch(2, overrides("panm_grad", tmp_path / "whole", *faults))
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert_same_run(tmp_path / "whole", tmp_path / "killed")
+
+
+# Each fault under 1 and 2 processes, several at once per run (every peer and server family once); the faults'
+# rules are tested above one by one, these runs test that their draws do not depend on the processes.
+FAULT_RUNS = [
+    ("random", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3",
+                "network.p_drop=0.3", "network.stragglers=0.4", "network.straggler_work=0.3",
+                "attack.fraction=0.25", "attack.kind=sign_flip")),
+    ("panm_grad", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3",
+                   "network.p_offline=0.3", "attack.fraction=0.25", "attack.kind=label_flip")),
+    ("pens", ("algorithm.k=2", "network.graph=small_world", "network.degree=4", "network.p_drop=0.3")),
+    ("panm_loss", ("network.p_offline=0.3", "network.p_drop=0.3")),
+    ("fedavg", ("network.p_offline=0.3", "participation=0.5", "network.stragglers=0.4",
+                "network.straggler_work=0.3", "attack.fraction=0.25", "attack.kind=gaussian")),
+    ("ifca", ("network.p_offline=0.3",)),
+    ("fpfc", ("network.p_offline=0.3",)),
+]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name,faults", FAULT_RUNS, ids=[name for name, _ in FAULT_RUNS])
+def test_runs_under_faults_are_identical_on_one_and_two_processes(tmp_path, name, faults):
+    import json
+
+    from test_resume import assert_same_run, launch, overrides
+
+    for nproc in (1, 2):
+        proc = launch(nproc, overrides(name, tmp_path / f"p{nproc}", *faults))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_run(tmp_path / "p1", tmp_path / "p2")
+    if any(f.startswith("attack.") for f in faults):
+        summary = json.loads((tmp_path / "p1" / "summary.json").read_text())
+        assert summary["honest_accuracy"] != summary["final_accuracy"]          # the attackers are left out
+        assert summary["worst_cluster_accuracy"] <= summary["honest_accuracy"]
