@@ -236,7 +236,7 @@ def test_ifca_inits_are_w0_then_seeded_draws():
     layout, w0 = initial_weights("mlp", (3,), 4, 11)
     inits = ifca.cluster_inits(w0, 3, 11, lambda seed: initial_weights("mlp", (3,), 4, seed)[1])
     assert torch.equal(inits[0], w0)
-    k1 = int(rng.hash_ints(11, 0, ifca.INIT_STREAM, torch.tensor(1), 0))
+    k1 = int(rng.hash_ints(11, 0, "ifca_init", torch.tensor(1), 0))
     assert torch.equal(inits[1], initial_weights("mlp", (3,), 4, k1)[1])
     assert not torch.equal(inits[1], inits[2])
 

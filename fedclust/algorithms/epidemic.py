@@ -32,7 +32,7 @@ from fedclust.algorithms.base import Choice, Context, PeerAlgorithm, RoundView
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
 from fedclust.network import make_graph
-from fedclust.peers import PeerIndex
+from fedclust.peers import PeerIndex, incoming
 from fedclust.schema import at_least, option
 
 Variant = Literal["local", "oracle"]
@@ -65,27 +65,6 @@ class EpidemicConfig:
 def fanout(s: int, n: int) -> int:
     """The s a run uses: ``s``, or ``⌈log2 n⌉`` for 0."""
     return s if s > 0 else max(1, math.ceil(math.log2(n)))
-
-
-def incoming(pushes: PeerIndex, lo: int, hi: int) -> PeerIndex:
-    """Whom clients ``lo .. hi − 1`` receive from: every sender j whose ``pushes`` row (``[n, s]``: the peers j
-    pushes to) holds the client, as index lists of the C = hi − lo receivers, senders ascending."""
-    n = pushes.idx.shape[0]
-    senders = torch.arange(n, device=pushes.idx.device)[:, None].expand_as(pushes.idx)[pushes.valid]
-    targets = pushes.idx[pushes.valid]
-    mine = (targets >= lo) & (targets < hi)
-    receiver, sender = targets[mine] - lo, senders[mine]
-    order = torch.argsort(receiver * n + sender, stable=True)     # by receiver, then sender
-    receiver, sender = receiver[order], sender[order]
-    C = hi - lo
-    counts = torch.bincount(receiver, minlength=C)
-    width = int(counts.max()) if C and len(receiver) else 0
-    pos = torch.arange(len(receiver), device=receiver.device) - (counts.cumsum(0) - counts)[receiver]
-    idx = torch.zeros(C, width, dtype=torch.int64, device=receiver.device)
-    valid = torch.zeros(C, width, dtype=torch.bool, device=receiver.device)
-    idx[receiver, pos] = sender
-    valid[receiver, pos] = True
-    return PeerIndex(idx, valid, n)
 
 
 @register

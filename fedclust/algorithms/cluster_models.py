@@ -1,0 +1,74 @@
+"""Several models per client or per cluster, shared by the methods that keep
+them (IFCA's K cluster models on the server; DFCA's k models on every
+client): their common initialisations, the loss of each on a client's
+training set, and the choice of the model of lowest loss.
+
+Shapes: models ``[K, P]`` (or ``[C, K, P]``, one bank per client), losses
+``[C, K]``, choices int64 ``[C]``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedclust import rng
+from fedclust.algorithms.base import Context
+
+INIT_STREAM = "ifca_init"   # rng stream of IFCA's cluster models' init seeds (DFCA names its own)
+
+
+def assign_clusters(losses: torch.Tensor) -> torch.Tensor:
+    """Cluster identity estimate ``ĵ_i = argmin_j F_i(θ_j)`` → int64 ``[C]``
+    (IFCA paper Algorithm 1, "cluster identity estimation").
+
+    ``losses[i, j]`` is client i's mean training loss under cluster model j.
+    Ties go to the lowest index; a NaN loss counts as +inf (a diverged model
+    is never preferred; if a whole row is NaN the client takes cluster 0).
+    """
+    if losses.dim() != 2 or losses.shape[1] == 0:
+        raise ValueError(f"losses must be [C, K] with K >= 1, got shape {tuple(losses.shape)}")
+    clean = torch.nan_to_num(losses, nan=float("inf"))
+    return torch.argmin(clean, dim=1)   # torch returns the first minimum: lowest index on ties
+
+
+def cluster_inits(w0: torch.Tensor, K: int, seed: int, init, restart: int = 0,
+                  stream: str = INIT_STREAM) -> torch.Tensor:
+    """``[K, P]`` initial cluster models of restart ``restart``: for restart 0
+    ``w0``, then the default init under the seeds
+    ``rng.hash_ints(seed, 0, stream, k, 0)``, k = 1..K-1; for restart
+    r > 0 all K under ``rng.hash_ints(seed, r, stream, k, 0)``, k = 0..K-1
+    (keyed on (seed, restart), the same on every rank).  Each is
+    ``init(seed)``, the model's default init (:attr:`RunFacts.init`, as
+    ``w0`` is built under the run's seed), so the K inits are independent
+    draws of the same distribution and the run is a function of the seed alone."""
+    rows = [w0.detach()] if restart == 0 else []
+    for k in range(1 if restart == 0 else 0, K):   # K model builds, once per restart
+        s = int(rng.hash_ints(seed, restart, stream, torch.tensor(k), 0))
+        w = init(s).to(w0)
+        if w.shape != w0.shape:
+            raise ValueError(f"cluster init has {w.numel()} parameters but w0 has {w0.numel()}; "
+                             "init must build the run's model")
+        rows.append(w)
+    return torch.stack(rows)
+
+
+def loss_matrix(ctx: Context, models: torch.Tensor) -> torch.Tensor:
+    """``[C, K]``: mean training loss of cluster model k on this rank's
+    client c (``ctx.pair_loss``, one vectorized call per cluster)."""
+    if ctx.pair_loss is None:
+        raise ValueError("IFCA needs ctx.pair_loss (the engine's loss of models on the clients' training sets)")
+    C = len(ctx.client_ids)
+    local = torch.arange(C, device=models.device)
+    return torch.stack([ctx.pair_loss(models[k].expand(C, -1), local) for k in range(models.shape[0])], dim=1)
+
+
+def bank_losses(ctx: Context, bank: torch.Tensor) -> torch.Tensor:
+    """``[C, K]``: mean training loss of model k of each client's own bank
+    (``bank [C, K, P]``) on that client's training set (``ctx.pair_loss``,
+    one vectorized call per k)."""
+    if ctx.pair_loss is None:
+        raise ValueError("a bank of models needs ctx.pair_loss (the engine's loss of models on the clients' "
+                         "training sets)")
+    C = bank.shape[0]
+    local = torch.arange(C, device=bank.device)
+    return torch.stack([ctx.pair_loss(bank[:, k], local) for k in range(bank.shape[1])], dim=1)
