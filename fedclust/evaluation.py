@@ -99,7 +99,7 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
     truth = None if ctx.clusters is None else ctx.clusters.cpu().numpy()   # None: not known (ari null)
     if has_lists:
         record.update(cluster_recovery(all_lists, truth))
-    elif result.assignment is not None:
+    if result.assignment is not None:   # a method's own clusters (IFCA, CFL; DFCA besides its lists) score the ARI
         labels = result.assignment.cpu().numpy()
         record.update({"num_clusters": int(len(np.unique(labels))),
                        "ari": None if truth is None else adjusted_rand_index(truth, labels)})

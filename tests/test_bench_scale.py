@@ -95,6 +95,19 @@ def test_law_with_the_exchange_in_column_blocks():
     assert bench_scale.law(rnd, 2)["gather_bytes"] == 1000 * (mlp + 2) * 4
 
 
+def test_law_counts_dfca_bank_twice():
+    """DFCA keeps k models a client ([C, k, P]) and makes a new bank each round: 2·C·k·P·4 bytes more than
+    Random's law; its labels ride the gather as one more column."""
+    mlp = 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10
+    base = ["clients=1000", "data.share_images=true"]
+    rnd = bench_scale.law(load_config("configs/fmnist_rotation2.yaml", base + ["algorithm.name=random"]), 2)
+    dfca = bench_scale.law(load_config("configs/fmnist_rotation2.yaml",
+                                       base + ["algorithm.name=dfca", "dfca.clusters=4"]), 2)
+    assert dfca["bank_bytes"] == 2 * 500 * 4 * mlp * 4 and rnd["bank_bytes"] == 0
+    assert dfca["gather_bytes"] == 1000 * (mlp + 3) * 4
+    assert dfca["memory_bytes"] == rnd["memory_bytes"] + dfca["bank_bytes"] + 2 * 2 * 500 * 4   # + the label column
+
+
 def test_predict_runs_nothing(capsys):
     assert bench_scale.main(["--predict", "--processes", "2", "--clients", "10,100", *TINY]) == 0
     out = capsys.readouterr().out

@@ -310,6 +310,9 @@ class Algorithm:
     # The round's gather also carries the models before local training (view.all_before): twice the exchange.
     # (An instance attribute: a plug-in may set it from its config.)
     gathers_before: bool = False
+    # Models it keeps per client between rounds beyond the one it trains (DFCA's bank of k): the growth law of
+    # fedclust bench-scale counts them twice, the kept ones and the round's new ones.  (An instance attribute.)
+    bank_models: int = 0
     # Its plan gives labels, a number per client below 2^24 that the gather carries as one more column
     # (view.all_labels: a client's cluster, say).
     gathers_labels: ClassVar[bool] = False

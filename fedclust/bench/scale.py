@@ -64,7 +64,7 @@ import torch
 from fedclust import runner
 from fedclust.algorithms import registry
 from fedclust.algorithms.similarity import POOL_BLOCK
-from fedclust.config import load_config
+from fedclust.config import load_config, run_facts
 from fedclust.data import dataset
 from fedclust.data.base import PoolDataSet
 from fedclust.dist import (
@@ -148,7 +148,7 @@ MASK_BYTES = 8
 def law(cfg, world: int, base: float = 0.0) -> dict:
     """The growth law's gather bytes per rank per round and peak RSS bytes of one process (see the module doc)."""
     n, P = cfg.clients, parameter_count(cfg)
-    algo = registry.build(cfg)
+    algo = registry.build(cfg, run_facts(cfg))
     before = algo.gathers_before      # it gathers its models from before training too
     mask_bytes = MASK_BYTES if algo.choice_masks else 0   # bool [C, n] masks of the round's choice, or none
     extra = EXTRA_COLUMNS + (1 if algo.gathers_labels else 0)   # IFCA, CFL: each client's cluster too
@@ -167,9 +167,11 @@ def law(cfg, world: int, base: float = 0.0) -> dict:
     # PANMGrad's similarity: the update, the distance from w0 and their squares, [n, piece] float32 each
     pieces = 4 * n * min(POOL_BLOCK, columns) * 4 if before else 0
     gather = world * C * gathered * 4 if world > 1 else 0
-    memory = base + C * d + 2 * C * P * 4 + C * n * mask_bytes + held + pieces
+    banks = 2 * C * algo.bank_models * P * 4   # DFCA: its [C, k, P] bank, kept and made anew in a round
+    memory = base + C * d + 2 * C * P * 4 + C * n * mask_bytes + held + pieces + banks
     return {"params": P, "columns": gathered, "data_bytes_per_client": d, "gather_bytes": gather,
-            "exchange_bytes": held, "similarity_bytes": pieces, "memory_bytes": memory}
+            "exchange_bytes": held, "similarity_bytes": pieces, "bank_bytes": banks,
+            "memory_bytes": memory}
 
 
 def load_base_data(cfg) -> None:
