@@ -108,6 +108,15 @@ def test_law_counts_dfca_bank_twice():
     assert dfca["memory_bytes"] == rnd["memory_bytes"] + dfca["bank_bytes"] + 2 * 2 * 500 * 4   # + the label column
 
 
+def test_law_counts_dac_tables_on_every_process():
+    """DAC keeps [n, n] float32 scores and bool pulls on every process, and makes new ones each round."""
+    base = ["clients=1000", "data.share_images=true"]
+    rnd = bench_scale.law(load_config("configs/fmnist_rotation2.yaml", base + ["algorithm.name=random"]), 2)
+    dac = bench_scale.law(load_config("configs/fmnist_rotation2.yaml", base + ["algorithm.name=dac"]), 2)
+    assert dac["bank_bytes"] == 2 * 1000 * 1000 * 5
+    assert dac["memory_bytes"] == rnd["memory_bytes"] + dac["bank_bytes"]
+
+
 def test_predict_runs_nothing(capsys):
     assert bench_scale.main(["--predict", "--processes", "2", "--clients", "10,100", *TINY]) == 0
     out = capsys.readouterr().out

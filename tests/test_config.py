@@ -184,6 +184,8 @@ OUT_OF_RANGE = {
     "attack.fraction": ("0.5", []),
     "attack.kind": ("noise", []),
     "attack.scale": ("0", []),
+    "dac.tau": ("0", ["algorithm.name=dac"]),
+    "dac.schedule": ("var", ["algorithm.name=dac"]),
     "dfca.clusters": ("9", ["algorithm.name=dfca"]),         # more models than 8 clients
     "dfca.partners": ("1", ["algorithm.name=dfca"]),         # a client draws 1 .. λ-1 partners: λ >= 2
     "dfca.init": ("shared", ["algorithm.name=dfca"]),

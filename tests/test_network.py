@@ -423,6 +423,8 @@ FAULT_RUNS = [
                 "network.straggler_work=0.3", "attack.fraction=0.25", "attack.kind=gaussian")),
     ("ifca", ("network.p_offline=0.3",)),
     ("fpfc", ("network.p_offline=0.3",)),
+    ("dac", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.p_offline=0.3",
+             "network.p_drop=0.3")),
     ("dfca", ("network.graph=regular", "network.degree=3", "network.p_offline=0.3", "network.p_drop=0.3",
               "exchange_mb=0.1", "dfca.init=local", "attack.fraction=0.25", "attack.kind=sign_flip")),
 ]

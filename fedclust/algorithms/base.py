@@ -313,6 +313,9 @@ class Algorithm:
     # Models it keeps per client between rounds beyond the one it trains (DFCA's bank of k): the growth law of
     # fedclust bench-scale counts them twice, the kept ones and the round's new ones.  (An instance attribute.)
     bank_models: int = 0
+    # Bytes it keeps per client pair, replicated on every process (DAC's score tables: 5): the growth law counts
+    # them twice, the kept tables and the round's new ones.
+    pair_bytes: ClassVar[int] = 0
     # Its plan gives labels, a number per client below 2^24 that the gather carries as one more column
     # (view.all_labels: a client's cluster, say).
     gathers_labels: ClassVar[bool] = False
