@@ -97,7 +97,9 @@ def validate(cfg: Config) -> None:
                           f"{list(shape)}; use model=mlp")
     if is_user_model(arch) or cfg.engine == "loop":   # built, checked and its engine chosen before anything starts
         make_net(arch, shape, model_spec(cfg)[2], cfg.engine, resolve_device(cfg.device), cfg.seed)
-    algorithm.check_run(cfg, run_facts(cfg))
+    facts = run_facts(cfg)
+    personal_columns(cfg, algorithm, facts.layout)
+    algorithm.check_run(cfg, facts)
 
 
 def run_facts(cfg: Config) -> RunFacts:
@@ -110,6 +112,31 @@ def run_facts(cfg: Config) -> RunFacts:
     local, nodes = world_from_env()
     return RunFacts(layout=layout, init=lambda seed: initial_weights(arch, shape, classes, seed)[1],
                     world=local * nodes, ranks_per_node=local, free_memory=lambda: available_memory(cfg.device))
+
+
+def personal_columns(cfg: Config, algorithm, layout) -> tuple[tuple[int, int], ...]:
+    """The flat column ranges ``share.personal`` keeps to each client, checked: a peer method whose aggregate
+    honours it, names among the model's tensors, and something left to share."""
+    names = cfg.share.personal
+    if not names:
+        return ()
+    if not all(isinstance(x, str) and x for x in names):
+        raise ConfigError("share.personal", names, "must be a list of parameter names, module prefixes or head, "
+                          "e.g. share.personal=[head]")
+    if not algorithm.personal_layers:
+        able = ", ".join(sorted(n for n in registry.names() if registry.get(n).personal_layers))
+        fix = ("its server averages whole models (FPFC's own form: fpfc.fuse=head)" if algorithm.topology != "peer"
+               else "it exchanges its own kind of models")
+        raise ConfigError("share.personal", names, f"{cfg.algorithm.name} does not keep a personal part: {fix}; "
+                          f"use share.personal=[] or one of {able}")
+    try:
+        tensors = layout.select(names)
+    except ValueError as e:
+        raise ConfigError("share.personal", names, f"{e}; give names, module prefixes or head") from None
+    if len(tensors) == len(layout.names):
+        raise ConfigError("share.personal", names, "keeps every parameter personal, so nothing is shared: use "
+                          "algorithm.name=local, or name fewer tensors")
+    return layout.column_ranges(tensors)
 
 
 def check_network(cfg: Config, algorithm) -> None:

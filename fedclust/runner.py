@@ -31,7 +31,7 @@ from fedclust.algorithms import registry
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundResult
 from fedclust.algorithms.peer_counts import add_mask
 from fedclust.attack import attackers, flip_labels, poison_
-from fedclust.config import run_facts
+from fedclust.config import personal_columns, run_facts
 from fedclust.data import FederatedData, load_federated
 from fedclust.data.validation import carve_validation
 from fedclust.dist import Collectives, exchange_columns, finish, gather_parts, launch_rank, make_fabric, shard_bounds
@@ -149,7 +149,8 @@ def build(cfg: Config, fabric) -> Setup:
                   stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, pair_loss=pair_loss,
                   pool_loss=pool_loss, all_reduce=comm.all_reduce,
                   reach=lambda t: network.reach(t, client_ids, device), graph=network.graph, online=network.online,
-                  delivery=lambda t: network.delivery(t, client_ids))
+                  delivery=lambda t: network.delivery(t, client_ids),
+                  personal=personal_columns(cfg, algo, layout))
     settings = TrainSettings(lr=cfg.train.lr, momentum=cfg.train.momentum,
                              batch_size=cfg.train.batch_size, epochs=cfg.train.local_epochs)
     columns = 0

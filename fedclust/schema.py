@@ -179,6 +179,21 @@ class AttackConfig:
 
 
 @dataclass
+class ShareConfig:
+    """What a peer-to-peer client shares (docs/algorithms.md, "Partial sharing")."""
+
+    personal: list = option(help="parameter tensors each client keeps to itself: the gossip averages the others and "
+                                 "the client keeps its own trained values of these; names (fc3.weight), module "
+                                 "prefixes (fc3) or head (the model's last layer); [] shares everything",
+                            factory=list,
+                            doc=("parameter tensors a client of a peer-to-peer method keeps to itself (a personal "
+                                 "head): the gossip averages the others, and the client keeps its own trained values "
+                                 "of these. Each entry a tensor's name (`fc3.weight`), a module prefix (`fc3`), or "
+                                 "`head`, the model's last layer; `[]` shares everything. See [Partial "
+                                 "sharing](algorithms.md#partial-sharing-sharepersonal)"))
+
+
+@dataclass
 class WandbConfig:
     """Weights & Biases tracking (rank 0).  An empty value is not passed to
     W&B, so the WANDB_* environment (WANDB_MODE, WANDB_PROJECT, ...) decides."""
@@ -226,6 +241,7 @@ class Config:
     wandb: WandbConfig = field(default_factory=WandbConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
+    share: ShareConfig = field(default_factory=ShareConfig)
     participation: float = option(1.0, "share of clients taking part each round (centralized methods), in (0, 1]",
         doc=("share of clients taking part each round (centralized methods), in (0, 1]; only they train, "
             "and `train_loss` is their mean"))

@@ -181,6 +181,7 @@ OUT_OF_RANGE = {
     "network.p_drop": ("1", []),
     "network.stragglers": ("1", []),
     "network.straggler_work": ("0", []),
+    "share.personal": ("[fc9]", []),
     "attack.fraction": ("0.5", []),
     "attack.kind": ("noise", []),
     "attack.scale": ("0", []),

@@ -414,10 +414,11 @@ def test_a_run_under_every_fault_killed_on_two_processes_resumes_exactly(tmp_pat
 FAULT_RUNS = [
     ("random", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3",
                 "network.p_drop=0.3", "network.stragglers=0.4", "network.straggler_work=0.3",
-                "attack.fraction=0.25", "attack.kind=sign_flip")),
+                "attack.fraction=0.25", "attack.kind=sign_flip", "share.personal=[head]", "exchange_mb=0.1")),
     ("panm_grad", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3",
                    "network.p_offline=0.3", "attack.fraction=0.25", "attack.kind=label_flip")),
-    ("pens", ("algorithm.k=2", "network.graph=small_world", "network.degree=4", "network.p_drop=0.3")),
+    ("pens", ("algorithm.k=2", "network.graph=small_world", "network.degree=4", "network.p_drop=0.3",
+              "share.personal=[head]")),
     ("panm_loss", ("network.p_offline=0.3", "network.p_drop=0.3")),
     ("fedavg", ("network.p_offline=0.3", "participation=0.5", "network.stragglers=0.4",
                 "network.straggler_work=0.3", "attack.fraction=0.25", "attack.kind=gaussian")),

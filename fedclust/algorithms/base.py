@@ -95,6 +95,9 @@ class Context:
     # round t -> what arrives at this rank's clients in round t (fedclust.network.Delivery: online senders, lost
     # models); None: every model sent arrives (config network.p_offline, network.availability, network.p_drop)
     delivery: Callable[[int], Delivery | None] = lambda t: None
+    # flat columns (start, stop) every client keeps to itself (config share.personal): the gossip of a peer method
+    # averages the others; () shares everything
+    personal: tuple[tuple[int, int], ...] = ()
 
     @property
     def own_rows(self) -> slice:
@@ -313,6 +316,9 @@ class Algorithm:
     # Models it keeps per client between rounds beyond the one it trains (DFCA's bank of k): the growth law of
     # fedclust bench-scale counts them twice, the kept ones and the round's new ones.  (An instance attribute.)
     bank_models: int = 0
+    # It honours share.personal (a personal part of the model the gossip leaves alone): the peer methods whose
+    # aggregate is PeerAlgorithm's.
+    personal_layers: ClassVar[bool] = False
     # Bytes it keeps per client pair, replicated on every process (DAC's score tables: 5): the growth law counts
     # them twice, the kept tables and the round's new ones.
     pair_bytes: ClassVar[int] = 0
@@ -513,6 +519,14 @@ def keep_rows(old: State, new: State, keep: torch.Tensor) -> State:
     return dataclasses.replace(new, **changes)
 
 
+def keep_personal(models: torch.Tensor, own: torch.Tensor, personal: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    """``models [C, P]`` with the ``personal`` column ranges taken from ``own`` (each client's trained model): a
+    personal head the gossip does not touch.  In place; returns ``models``."""
+    for a, b in personal:
+        models[:, a:b] = own[:, a:b].to(models.dtype)
+    return models
+
+
 def received_models(averaged, extra: torch.Tensor | None, own_ids: torch.Tensor) -> torch.Tensor:
     """``[C]`` models each client receives: the peers it averages with
     (``averaged``, a bool [C, n] mask or a :class:`fedclust.peers.PeerIndex`,
@@ -540,6 +554,7 @@ class PeerAlgorithm(Algorithm):
     topology: ClassVar[Literal["peer", "server"]] = "peer"
     choice_masks: ClassVar[bool] = True   # a select that returns a PeerIndex sets False
     column_exchange = True   # the gossip average is column by column; a select reading whole models sets False
+    personal_layers = True   # the base aggregate keeps ctx.personal's columns as each client trained them
 
     def select(self, state: State, ctx: Context, view: RoundView) -> tuple[State, Choice]:
         """Whom each of this process's clients averages with this round.
@@ -577,7 +592,7 @@ class PeerAlgorithm(Algorithm):
         own_ids = ctx.client_ids
         received = received_models(averaged, contacted, own_ids)
         return state, RoundResult(
-            models=gossip_view(averaged, own_ids, view),
+            models=keep_personal(gossip_view(averaged, own_ids, view), view.after, ctx.personal),
             lists=self.neighbor_list(state, averaged),
             averaged=averaged,
             received=received,

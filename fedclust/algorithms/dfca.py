@@ -145,6 +145,7 @@ class Dfca(PeerAlgorithm):
     gathers_labels = True   # every client's a_j travels with the models
     sections = {"dfca": DfcaConfig}
     extra_accuracies = ("accuracy_best_of_k",)
+    personal_layers = False   # its own merge of k models a client
 
     def __post_init__(self) -> None:
         self.bank_models = self.dfca.clusters   # [C, k, P], kept and made anew each round

@@ -58,6 +58,33 @@ class ParamLayout:
         params = self._check_module(module)
         return torch.cat([p.detach().reshape(-1) for p in params])
 
+    def select(self, patterns) -> tuple[int, ...]:
+        """Indices (ascending) of the tensors ``patterns`` names: each entry a tensor's name (``fc3.weight``), a
+        module prefix (``fc3``: ``fc3.weight``, ``fc3.bias``), or ``head``, the last layer (the tensors of the
+        module that holds the last one).  ValueError naming an entry that matches nothing."""
+        picked: set[int] = set()
+        for pat in patterns:
+            if pat == "head":
+                last = self.names[-1].rsplit(".", 1)[0] if "." in self.names[-1] else self.names[-1]
+                hit = {k for k, name in enumerate(self.names) if name == last or name.startswith(last + ".")}
+            else:
+                hit = {k for k, name in enumerate(self.names) if name == pat or name.startswith(pat + ".")}
+            if not hit:
+                raise ValueError(f"{pat!r} names none of the model's parameter tensors {list(self.names)}")
+            picked |= hit
+        return tuple(sorted(picked))
+
+    def column_ranges(self, tensors) -> tuple[tuple[int, int], ...]:
+        """The flat columns of ``tensors`` (indices) as ``(start, stop)`` ranges, adjacent ones merged."""
+        out: list[tuple[int, int]] = []
+        for k in sorted(tensors):
+            a, b = self.offsets[k], self.offsets[k] + self.sizes[k]
+            if out and out[-1][1] == a:
+                out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+        return tuple(out)
+
     def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """``{name: view [..., *shape]}`` of a ``[..., P]`` buffer, sharing its memory."""
         self._check_flat(flat)
