@@ -205,7 +205,9 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     before = flat.clone() if algo.gathers_before else None
     counts = data.train_counts   # None: every client holds the full width
     # drawn where they are used (the hash and a stable sort give the same orders on any device)
-    orders = rng.batch_orders(cfg.seed, t, ctx.client_ids, cfg.train.local_epochs, data.train_x.shape[1], counts)
+    if plan.phases is not None:   # training in phases (DePRL's head, then body): their epochs in all
+        settings = dataclasses.replace(settings, epochs=sum(e for e, _ in plan.phases))
+    orders = rng.batch_orders(cfg.seed, t, ctx.client_ids, settings.epochs, data.train_x.shape[1], counts)
     trains = plan.trains   # None: everyone; else only the round's participants train (the others' loss is NaN)
     if online is not None:   # an offline client does not train
         trains = online if trains is None else trains & online
@@ -289,7 +291,7 @@ def _train(setup: Setup, flat: torch.Tensor, orders: torch.Tensor, settings: Tra
     def run(step_settings: TrainSettings, mask: torch.Tensor | None) -> torch.Tensor:
         return train_round(flat, setup.layout, setup.arch, data.train_x, data.train_y, orders, step_settings,
                            anchor=plan.anchor, mu=plan.mu, counts=data.train_counts, prox_layers=plan.prox_layers,
-                           train=None if mask is None else mask.cpu()[ids])
+                           train=None if mask is None else mask.cpu()[ids], phases=plan.phases)
 
     if slow is None:
         return run(settings, trains)

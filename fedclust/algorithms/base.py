@@ -197,6 +197,10 @@ class RoundPlan:
     # model a client started from: IFCA, CFL), carried in the round's gather as one more column
     # (view.all_labels); an algorithm that sets it declares gathers_labels
     labels: torch.Tensor | None = None
+    # local training in phases: ((epochs, names of the tensors kept frozen), ...), one momentum buffer throughout
+    # (fedclust.engine.train.train_round); the round trains the phases' epochs in all.  None: train.local_epochs
+    # epochs of every tensor
+    phases: tuple[tuple[int, tuple[str, ...]], ...] | None = None
 
 
 @dataclass

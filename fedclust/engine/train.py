@@ -179,7 +179,7 @@ def _grad_fn(arch: Arch, compiled: bool = False, weighted: bool = False):
 
 
 def sgd_momentum_(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list[torch.Tensor] | None,
-                  lr: float, momentum: float) -> list[torch.Tensor]:
+                  lr: float, momentum: float, frozen: tuple[int, ...] = ()) -> list[torch.Tensor]:
     """One step of ``torch.optim.SGD`` (dampening 0, no Nesterov, no weight
     decay) in place on ``params``: ``buf ← momentum·buf + g``, ``w ← w − lr·buf``.
 
@@ -187,10 +187,16 @@ def sgd_momentum_(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: l
     round: the buffer starts at zero, so ``buf = g`` as in torch).  The new
     momentum is written into the fresh ``grads`` tensors, which are returned
     as the next step's ``bufs``: two passes over memory instead of three.
+    ``frozen``: indices of tensors not updated (a training phase that freezes
+    them, as ``torch.optim.SGD`` with those tensors restored after each step).
     """
     if bufs is not None and momentum != 0:
         torch._foreach_add_(grads, bufs, alpha=momentum)
-    torch._foreach_add_(params, grads, alpha=-lr)
+    if frozen:   # tensors of a frozen phase keep their values; their momentum builds all the same
+        moving = [k for k in range(len(params)) if k not in frozen]
+        torch._foreach_add_([params[k] for k in moving], [grads[k] for k in moving], alpha=-lr)
+    else:
+        torch._foreach_add_(params, grads, alpha=-lr)
     return grads
 
 
@@ -210,25 +216,54 @@ def _batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size:
             yield x[rows, idx], y[rows, idx]
 
 
-def _masked_batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size: int, counts: torch.Tensor):
+def _masked_batches(x: torch.Tensor, y: torch.Tensor, orders: torch.Tensor, batch_size: int, counts: torch.Tensor,
+                    frozen: tuple[tuple[int, ...], ...] | None = None):
     """:func:`_batches` for clients holding ``counts[c]`` real examples of the
     N positions: also each sample's weight w [C, b] (1 / the client's real
-    batch size on its real samples, 0 on padding) and which clients have a
-    batch at this step, active [C]."""
+    batch size on its real samples, 0 on padding), which clients have a
+    batch at this step, active [C], and the tensors frozen at the step."""
     counts = counts.to(x.device)
     longest = int(counts.max()) if len(counts) else 0   # batches from here on hold no client's examples: no-op steps
-    for (xb, yb), start in zip(_batches(x, y, orders, batch_size), _starts(orders.shape[0], x.shape[1], batch_size)):
+    steps = zip(_batches(x, y, orders, batch_size), _starts(orders.shape[0], x.shape[1], batch_size),
+                _step_frozen(frozen, x.shape[1], batch_size))
+    for (xb, yb), start, off in steps:
         if start >= longest:
             continue
         pos = torch.arange(start, start + yb.shape[1], device=x.device)
         valid = pos[None, :] < counts[:, None]
         size = valid.sum(1)
-        yield xb, yb, valid.to(x.dtype) / size.clamp_min(1)[:, None].to(x.dtype), size > 0
+        yield xb, yb, valid.to(x.dtype) / size.clamp_min(1)[:, None].to(x.dtype), size > 0, off
 
 
 def _starts(epochs: int, n: int, batch_size: int):
     for _ in range(epochs):
         yield from range(0, n, batch_size)
+
+
+def _step_frozen(frozen: tuple[tuple[int, ...], ...] | None, n: int, batch_size: int):
+    """The tensors frozen at each step of :func:`_batches` (epoch by epoch): ``frozen[epoch]``, or () throughout."""
+    if frozen is None:
+        while True:
+            yield ()
+    for off in frozen:
+        for _ in range(0, n, batch_size):
+            yield off
+
+
+def frozen_epochs(layout: ParamLayout, phases, epochs: int) -> tuple[tuple[int, ...], ...] | None:
+    """``phases`` (``((epochs, tensor names), ...)``, names as :meth:`ParamLayout.select` takes them) as the
+    tensor indices frozen in each epoch; None for no phases.  Their epochs must sum to ``epochs``."""
+    if phases is None:
+        return None
+    out: list[tuple[int, ...]] = []
+    for count, names in phases:
+        if count < 1:
+            raise ValueError(f"phases = {phases!r}: every phase needs at least one epoch")
+        idx = layout.select(names) if names else ()
+        out.extend([idx] * count)
+    if len(out) != epochs:
+        raise ValueError(f"phases = {phases!r} hold {len(out)} epochs but settings.epochs = {epochs}")
+    return tuple(out)
 
 
 def proximal_layers(layout: ParamLayout, names) -> tuple[int, ...] | None:
@@ -257,7 +292,8 @@ def _add_proximal_(grads: list, params: list, anchors: list, mu: float, prox: tu
 
 def _train_chunk_masked(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                         orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None, mu: float,
-                        counts: torch.Tensor, prox: tuple[int, ...] | None = None) -> torch.Tensor:
+                        counts: torch.Tensor, prox: tuple[int, ...] | None = None,
+                        frozen: tuple[tuple[int, ...], ...] | None = None) -> torch.Tensor:
     """:func:`_train_chunk_func` for clients of unequal sizes: all clients
     step together; a client without a batch at a step (its epoch has fewer
     batches) does not step: its weights and momentum stay as they are, as
@@ -270,7 +306,8 @@ def _train_chunk_masked(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: 
     bufs = None
     loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
     steps = torch.zeros_like(loss_sum)
-    for xb, yb, w, active in islice(_masked_batches(x, y, orders, settings.batch_size, counts), _limit(settings)):
+    for xb, yb, w, active, off in islice(_masked_batches(x, y, orders, settings.batch_size, counts, frozen),
+                                         _limit(settings)):
         grads, losses = grad_fn(params, xb, yb, w)
         grads = [grads[name] for name in layout.names]
         if anchors is not None:  # proximal term: g += mu * (w - anchor)
@@ -281,8 +318,9 @@ def _train_chunk_masked(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: 
         else:
             bufs = [torch.where(a, settings.momentum * b + g, b) for a, b, g in zip(on, bufs, grads)]
         with torch.no_grad():
-            for p, a, b in zip(param_list, on, bufs):
-                p.sub_(torch.where(a, b, torch.zeros_like(b)), alpha=settings.lr)
+            for k, (p, a, b) in enumerate(zip(param_list, on, bufs)):
+                if k not in off:   # a frozen tensor keeps its values
+                    p.sub_(torch.where(a, b, torch.zeros_like(b)), alpha=settings.lr)
         loss_sum += losses * active
         steps += active
     return loss_sum / steps.clamp_min(1)
@@ -290,7 +328,8 @@ def _train_chunk_masked(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: 
 
 def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                       orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
-                      mu: float, prox: tuple[int, ...] | None = None) -> torch.Tensor:
+                      mu: float, prox: tuple[int, ...] | None = None,
+                      frozen: tuple[tuple[int, ...], ...] | None = None) -> torch.Tensor:
     """Local training of all rows of ``flat`` with ``torch.func.grad``; returns mean losses [C]."""
     grad_fn = _grad_fn(arch, settings.compile)
     params = layout.views(flat)
@@ -299,12 +338,13 @@ def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: to
     bufs = None  # momentum, one tensor per layer [C, *shape]
     loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
     steps = 0
-    for xb, yb in islice(_batches(x, y, orders, settings.batch_size), _limit(settings)):
+    batches = zip(_batches(x, y, orders, settings.batch_size), _step_frozen(frozen, x.shape[1], settings.batch_size))
+    for (xb, yb), off in islice(batches, _limit(settings)):
         grads, losses = grad_fn(params, xb, yb)
         grads = [grads[name] for name in layout.names]
         if anchors is not None:  # proximal term: g += mu * (w - anchor)
             _add_proximal_(grads, param_list, anchors, mu, prox)
-        bufs = sgd_momentum_(param_list, grads, bufs, settings.lr, settings.momentum)
+        bufs = sgd_momentum_(param_list, grads, bufs, settings.lr, settings.momentum, off)
         loss_sum += losses
         steps += 1
     return loss_sum / steps
@@ -312,7 +352,8 @@ def _train_chunk_func(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: to
 
 def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[str, ...], x: torch.Tensor,
                        y: torch.Tensor, orders: torch.Tensor, settings: TrainSettings,
-                       anchor: torch.Tensor | None, mu: float, prox: tuple[int, ...] | None = None) -> torch.Tensor:
+                       anchor: torch.Tensor | None, mu: float, prox: tuple[int, ...] | None = None,
+                       frozen: tuple[tuple[int, ...], ...] | None = None) -> torch.Tensor:
     """Local training of all rows of ``flat`` (MLP or logistic regression,
     ``layers`` of :data:`DENSE_LAYERS`) with the hand-written backward of
     :func:`dense_momentum_grads_`; returns mean losses [C]."""
@@ -321,7 +362,9 @@ def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[st
     bufs = layout.views(momentum)
     loss_sum = torch.zeros(flat.shape[0], dtype=flat.dtype, device=flat.device)
     steps = 0
-    for xb, yb in islice(_batches(x, y, orders, settings.batch_size), _limit(settings)):
+    moving: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}   # the columns a phase updates
+    batches = zip(_batches(x, y, orders, settings.batch_size), _step_frozen(frozen, x.shape[1], settings.batch_size))
+    for (xb, yb), off in islice(batches, _limit(settings)):
         loss_sum += dense_momentum_grads_(params, bufs, xb, yb, settings.momentum if steps else 0.0, layers)
         if anchor is not None:
             if prox is None:   # proximal term: buf += mu * (w - anchor)
@@ -330,7 +373,13 @@ def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[st
                 for k in prox:
                     cols = slice(layout.offsets[k], layout.offsets[k] + layout.sizes[k])
                     momentum[:, cols].add_(flat[:, cols], alpha=mu).add_(anchor[:, cols], alpha=-mu)
-        flat.add_(momentum, alpha=-settings.lr)  # w <- w - lr * buf, torch.optim.SGD
+        if off:   # a frozen phase: only the other tensors' columns move
+            if off not in moving:
+                moving[off] = layout.column_ranges(k for k in range(len(layout.names)) if k not in off)
+            for a, b in moving[off]:
+                flat[:, a:b].add_(momentum[:, a:b], alpha=-settings.lr)
+        else:
+            flat.add_(momentum, alpha=-settings.lr)  # w <- w - lr * buf, torch.optim.SGD
         steps += 1
     return loss_sum / steps
 
@@ -338,7 +387,8 @@ def _train_chunk_dense(flat: torch.Tensor, layout: ParamLayout, layers: tuple[st
 def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x: torch.Tensor, y: torch.Tensor,
                       orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
                       mu: float, counts: torch.Tensor | None = None,
-                      prox: tuple[int, ...] | None = None) -> torch.Tensor:
+                      prox: tuple[int, ...] | None = None,
+                      frozen: tuple[tuple[int, ...], ...] | None = None) -> torch.Tensor:
     """Local training of the rows of ``flat`` one client after another (the
     ``loop`` engine): the module holds client c's row, autograd gives the
     batch gradient, and the same SGD step as the batched paths updates it;
@@ -354,14 +404,15 @@ def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x
         centre = list(layout.views(anchor[c]).values()) if anchor is not None else None
         bufs, total, steps = None, torch.zeros((), dtype=flat.dtype, device=flat.device), 0
         m = int(counts[c]) if counts is not None else x.shape[1]   # the client's own examples come first
-        batches = _batches(x[c:c + 1], y[c:c + 1], orders[:, c:c + 1, :m], settings.batch_size, rows[:1])
-        for xb, yb in islice(batches, _limit(settings)):
+        batches = zip(_batches(x[c:c + 1], y[c:c + 1], orders[:, c:c + 1, :m], settings.batch_size, rows[:1]),
+                      _step_frozen(frozen, m, settings.batch_size))
+        for (xb, yb), off in islice(batches, _limit(settings)):
             loss = F.cross_entropy(module(xb[0]), yb[0])
             grads = list(torch.autograd.grad(loss, params))
             with torch.no_grad():
                 if centre is not None:   # proximal term: g += mu * (w - anchor)
                     _add_proximal_(grads, params, centre, mu, prox)
-                bufs = sgd_momentum_(params, grads, bufs, settings.lr, settings.momentum)
+                bufs = sgd_momentum_(params, grads, bufs, settings.lr, settings.momentum, off)
             total += loss.detach()
             steps += 1
         losses[c] = total / steps
@@ -372,18 +423,19 @@ def _train_chunk_loop(flat: torch.Tensor, layout: ParamLayout, net: ModuleNet, x
 
 def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
                  orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
-                 mu: float, counts: torch.Tensor | None = None, prox: tuple[int, ...] | None = None) -> torch.Tensor:
+                 mu: float, counts: torch.Tensor | None = None, prox: tuple[int, ...] | None = None,
+                 frozen: tuple[tuple[int, ...], ...] | None = None) -> torch.Tensor:
     net = as_net(arch)
     if net.engine == "loop":
         if not isinstance(net, ModuleNet):
             raise TypeError(f"model {net.name!r} declares engine 'loop', which trains an nn.Module one client at a "
                             f"time: only a ModuleNet can (got {type(net).__name__})")
-        return _train_chunk_loop(flat, layout, net, x, y, orders, settings, anchor, mu, counts, prox)
+        return _train_chunk_loop(flat, layout, net, x, y, orders, settings, anchor, mu, counts, prox, frozen)
     if counts is not None:   # unequal clients: torch.func with per-sample weights and per-client steps
-        return _train_chunk_masked(flat, layout, net, x, y, orders, settings, anchor, mu, counts, prox)
+        return _train_chunk_masked(flat, layout, net, x, y, orders, settings, anchor, mu, counts, prox, frozen)
     if net.dense_layers and settings.backprop == "auto" and not settings.compile:
-        return _train_chunk_dense(flat, layout, net.dense_layers, x, y, orders, settings, anchor, mu, prox)
-    return _train_chunk_func(flat, layout, net, x, y, orders, settings, anchor, mu, prox)
+        return _train_chunk_dense(flat, layout, net.dense_layers, x, y, orders, settings, anchor, mu, prox, frozen)
+    return _train_chunk_func(flat, layout, net, x, y, orders, settings, anchor, mu, prox, frozen)
 
 
 def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> torch.Tensor | None:
@@ -409,7 +461,8 @@ def check_anchor(anchor: torch.Tensor | None, mu: float, flat: torch.Tensor) -> 
 def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, y: torch.Tensor,
                 orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None = None,
                 mu: float = 0.0, counts: torch.Tensor | None = None,
-                prox_layers: tuple[str, ...] | None = None, train: torch.Tensor | None = None) -> torch.Tensor:
+                prox_layers: tuple[str, ...] | None = None, train: torch.Tensor | None = None,
+                phases=None) -> torch.Tensor:
     """One round of local SGD for every client (docs/algorithms.md), in place on ``flat`` [C, P].
 
     x [C, N, *input], y [C, N]; orders [epochs, C, N]: client c's sample order
@@ -429,6 +482,11 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, 
     head only); None: every tensor.  ``train`` bool [C]: only those rows
     train (the round's participants), the others are left as they are and
     their loss is NaN; a client's bits do not depend on which others train.
+    ``phases``: ``((epochs, frozen tensor names), ...)``, the round's epochs in
+    phases, each keeping the tensors it names (:meth:`ParamLayout.select`) as
+    they were (one momentum buffer throughout, which builds on the frozen
+    tensors too: ``torch.optim.SGD`` with them restored after each step;
+    DePRL's head, then body); None: every tensor every epoch.
     """
     _check_data(flat, layout, x, y)
     counts = _check_counts(counts, c=y.shape[0], n=y.shape[1], device=x.device)
@@ -440,6 +498,7 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, 
         raise ValueError(f"orders has {orders.shape[0]} epochs but settings.epochs = {settings.epochs}")
     anchor = check_anchor(anchor, mu, flat)
     prox = proximal_layers(layout, prox_layers)
+    frozen = frozen_epochs(layout, phases, settings.epochs)
     orders = orders.to(x.device)
     y = y.to(x.device)
     if train is not None:
@@ -462,7 +521,7 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, 
                 sub = flat.index_select(0, rows)
                 losses[rows] = train_round(sub, layout, arch, x[at, :width], y[at, :width], own, settings,
                                            None if anchor is None else anchor.index_select(0, rows), float(mu),
-                                           counts[at], prox_layers)
+                                           counts[at], prox_layers, phases=phases)
                 flat.index_copy_(0, rows, sub)
             return losses
     client_chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
@@ -475,7 +534,7 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, 
         sub = flat[chunk]
         losses[chunk] = _train_chunk(sub, layout, arch, x[chunk], y[chunk], orders[:, chunk], settings,
                                      None if anchor is None else anchor[chunk], float(mu),
-                                     None if counts is None else counts[chunk], prox)
+                                     None if counts is None else counts[chunk], prox, frozen)
         if train is not None:
             flat[chunk] = sub
     return losses
