@@ -127,6 +127,8 @@ OUT_OF_RANGE = {
     "data.path": ("[a, b]", []),
     "data.clusters": ("shift", []),
     "data.num_clusters": ("3", []),                 # rotation defines 2 or 4 clusters
+    "data.cluster_sizes": ("[5, 2]", []),           # sums to 7, not clients = 8
+    "data.rotations": ("[0, 180, 90]", []),         # 3 angles for data.num_clusters = 2
     "data.train_size": ("0", []),
     "data.test_size": ("0", []),
     "data.share_images": ("maybe", []),
@@ -187,6 +189,10 @@ OUT_OF_RANGE = {
     "attack.scale": ("0", []),
     "dac.tau": ("0", ["algorithm.name=dac"]),
     "dac.schedule": ("var", ["algorithm.name=dac"]),
+    "deprl.head": ("[fc9]", ["algorithm.name=deprl", "model=mlp"]),
+    "deprl.head_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
+    "deprl.body_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
+    "deprl.degree": ("3", ["algorithm.name=deprl", "model=mlp", "clients=9"]),   # 9 x 3 is odd: no such graph
     "dfca.clusters": ("9", ["algorithm.name=dfca"]),         # more models than 8 clients
     "dfca.partners": ("1", ["algorithm.name=dfca"]),         # a client draws 1 .. λ-1 partners: λ >= 2
     "dfca.init": ("shared", ["algorithm.name=dfca"]),

@@ -1,0 +1,128 @@
+"""DePRL, Decentralized Personalized Representation Learning, as the peer
+algorithm ``deprl``: decentralized SGD on the shared body (the
+representation) only; each client's head stays its own, and local training
+updates the head with the body frozen, then the body with the head frozen.
+
+Round t, for client i:
+
+1. local training in two phases, one momentum buffer throughout:
+   ``deprl.head_epochs`` epochs of the head with the body frozen, then
+   ``deprl.body_epochs`` epochs of the body with the head frozen
+   (:attr:`fedclust.algorithms.base.RoundPlan.phases`);
+2. ``φ_i ←`` the uniform mean of the bodies of ``{i} ∪ N_i(t)``, ``N_i(t)``
+   its neighbours in the round's graph (``network.graph``; on the complete
+   graph, a fresh random ``deprl.degree``-regular graph drawn each round from
+   (seed, round), as the Facade benchmark runs it); the head ``h_i`` stays
+   as trained.
+
+A client is evaluated with its body and its own head; its neighbour list is
+the round's graph neighbours; it has no cluster assignment.  Where fedclust
+departs from the reference code and why: docs/algorithms.md, "DePRL".
+
+Paper: G. Xiong, G. Yan, S. Wang, J. Li, "DePRL: Achieving Linear Convergence Speedup in Personalized
+Decentralized Learning with Shared Representations", AAAI 2024, https://arxiv.org/abs/2312.10815; reference code
+GYan58/AAAI24-DePRL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import torch
+
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundPlan, RoundResult, RoundView, RunFacts
+from fedclust.algorithms.registry import register
+from fedclust.errors import ConfigError
+from fedclust.network import make_graph
+from fedclust.peers import PeerIndex
+from fedclust.schema import at_least, option
+
+
+@dataclass
+class DeprlConfig:
+    """The ``deprl`` section (docs/algorithms.md, "DePRL")."""
+
+    head: list = option(help="the personal head: tensor names, module prefixes or head (the model's last layer); "
+                             "the rest is the shared body", factory=lambda: ["head"])
+    head_epochs: int = option(3, "epochs of the head a round, the body frozen (the reference's E_h = 3), >= 1")
+    body_epochs: int = option(1, "epochs of the body a round after the head's, the head frozen (the reference's "
+                                 "1), >= 1")
+    degree: int = option(4, "on network.graph=complete: the degree of the random regular graph drawn each round "
+                            "(the Facade benchmark's 4); a given network.graph is used as it is")
+
+    def validate(self, cfg) -> None:
+        at_least("deprl.head_epochs", self.head_epochs, 1, "the head trains at least one epoch a round")
+        at_least("deprl.body_epochs", self.body_epochs, 1, "the body trains at least one epoch a round")
+        if not isinstance(self.head, list) or not self.head or not all(isinstance(x, str) and x for x in self.head):
+            raise ConfigError("deprl.head", self.head, "must be a non-empty list of parameter names, module prefixes "
+                              "or head, e.g. deprl.head=[head]")
+        if cfg.network.graph == "complete":
+            n = cfg.clients
+            if not 1 <= self.degree < n:
+                raise ConfigError("deprl.degree", self.degree, f"must lie in [1, clients - 1 = {n - 1}]")
+            if (n * self.degree) % 2:
+                raise ConfigError("deprl.degree", self.degree, f"a {self.degree}-regular graph of {n} clients does "
+                                  "not exist (clients x degree must be even); choose an even degree")
+
+
+@register
+@dataclass
+class Deprl(PeerAlgorithm):
+    """DePRL's round (see the module docstring)."""
+
+    head: tuple[str, ...]       # the head's tensor names
+    body: tuple[str, ...]       # the others
+    head_columns: tuple[tuple[int, int], ...]
+    deprl: DeprlConfig = field(default_factory=DeprlConfig)
+
+    name = "deprl"
+    report_position = 17
+    choice_masks = False   # index lists: the round's graph neighbours
+    sections = {"deprl": DeprlConfig}
+
+    @classmethod
+    def from_config(cls, cfg, facts: RunFacts) -> "Deprl":  # type: ignore[override]  # takes the run's facts
+        layout = facts.layout
+        picked = head_tensors(cfg.deprl.head, layout)
+        return cls(head=tuple(layout.names[k] for k in picked),
+                   body=tuple(name for k, name in enumerate(layout.names) if k not in picked),
+                   head_columns=layout.column_ranges(picked), deprl=cfg.deprl)
+
+    @classmethod
+    def check_run(cls, cfg, facts: RunFacts) -> None:
+        head_tensors(cfg.deprl.head, facts.layout)
+
+    def plan(self, state, ctx: Context, round_: int, models: torch.Tensor):
+        """The head with the body frozen, then the body with the head frozen (step 1)."""
+        return state, RoundPlan(start=models, phases=((self.deprl.head_epochs, self.body),
+                                                      (self.deprl.body_epochs, self.head)))
+
+    def select(self, state, ctx: Context, view: RoundView) -> tuple[None, PeerIndex]:
+        """Every neighbour of the round's graph (step 2)."""
+        t, n = view.round, ctx.n
+        g = ctx.graph(t)
+        if g is None:   # the complete graph: a fresh random regular graph, the same on every process
+            spec = SimpleNamespace(graph="regular", degree=self.deprl.degree, p_edge=0.0, rewire=0.0, path="")
+            g = make_graph(spec, n, ctx.seed, t, stream="deprl", connected=False)
+            assert g is not None
+        lo, hi = ctx.own_rows.start, ctx.own_rows.stop
+        return state, PeerIndex(g.idx[lo:hi].to(ctx.device), g.valid[lo:hi].to(ctx.device), n)
+
+    def aggregate(self, state, ctx: Context, view: RoundView) -> tuple[None, RoundResult]:
+        """The gossip of the body; the head (and share.personal's tensors) as each client trained it."""
+        own = dataclasses.replace(ctx, personal=tuple(sorted(set(ctx.personal) | set(self.head_columns))))
+        return super().aggregate(state, own, view)
+
+
+def head_tensors(names: list, layout) -> tuple[int, ...]:
+    """The indices of ``deprl.head``'s tensors, checked: named among the model's, and not every one of them."""
+    try:
+        picked = layout.select(names)
+    except ValueError as e:
+        raise ConfigError("deprl.head", names, f"{e}; give names, module prefixes or head") from None
+    if len(picked) == len(layout.names):
+        raise ConfigError("deprl.head", names, f"is the whole model ({', '.join(layout.names)}), leaving no body to "
+                          "share: name fewer tensors, or use a model of several layers (model=mlp)")
+    return picked
