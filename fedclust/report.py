@@ -83,6 +83,8 @@ class Setting(NamedTuple):
     rounds: int | None
     train_size: int | None    # training examples per client
     model: str | None         # resolved: model=auto is the data set's default architecture
+    layout: str | None = None  # data.cluster_sizes / data.rotations when given ("sizes 70/20/5/5, angles ..."); None
+    #                            the default near-equal clusters and the papers' angles
 
     @property
     def data_setting(self) -> tuple:
@@ -107,7 +109,7 @@ def reference(data: str) -> dict:
 def is_reference(key: Setting | None) -> bool:
     """Whether the setting is exactly the papers' for its data set (a field not recorded never is)."""
     ref = reference(key.data) if key is not None else {}
-    return bool(ref) and all(getattr(key, f) == v for f, v in ref.items())
+    return bool(ref) and key is not None and key.layout is None and all(getattr(key, f) == v for f, v in ref.items())
 
 
 def paper_table() -> dict[tuple, dict[str, tuple[float, float]]]:
@@ -186,11 +188,25 @@ def load_run(d) -> dict:
     s["_setting"] = dict(clients=whole(cfg, "clients", Config.clients, "clients"),
                          rounds=whole(cfg, "rounds", Config.rounds, "rounds"),
                          train_size=whole(data, "train_size", DataConfig.train_size, "data.train_size"),
-                         model=default_arch(s["data"]) if model == "auto" else str(model))
+                         model=default_arch(s["data"]) if model == "auto" else str(model),
+                         layout=layout_text(data))
     algorithm = (cfg.get("algorithm") or {}).get("name", s.get("algorithm"))
     s["_stage1_rounds"] = figures.stage_one_rounds(algorithm, whole(cfg, "stage1_rounds", Config.stage1_rounds,
                                                                     "stage1_rounds"))
     return s
+
+
+def layout_text(data: dict) -> str | None:
+    """``data.cluster_sizes`` and ``data.rotations`` of a run's config as a column's words ("sizes 70/20/5/5,
+    angles 0/180/10/350"); None where neither is given (the default layout)."""
+    def listed(values) -> str:
+        return "/".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+    parts = []
+    if data.get("cluster_sizes"):
+        parts.append(f"sizes {listed(data['cluster_sizes'])}")
+    if data.get("rotations"):
+        parts.append(f"angles {listed(data['rotations'])}")
+    return ", ".join(parts) or None
 
 
 def load_runs(dirs, strict: bool = False, warn=None) -> list[dict]:
@@ -244,7 +260,8 @@ def setting_text(key: Setting | None) -> str:
     ref = reference(data)
     differ = [_FIELD_TEXT[f].format(getattr(key, f)) for f in ref if getattr(key, f) not in (None, ref[f])]
     unknown = [_FIELD_TEXT[f].format("").strip() for f in ref if getattr(key, f) is None]
-    return ", ".join([text] + differ + ([f"{', '.join(unknown)} not recorded"] if unknown else []))
+    layout = [key.layout] if key.layout else []
+    return ", ".join([text] + layout + differ + ([f"{', '.join(unknown)} not recorded"] if unknown else []))
 
 
 def _setting_order(key: Setting | None) -> tuple:
@@ -256,7 +273,7 @@ def _setting_order(key: Setting | None) -> tuple:
     rest = tuple((getattr(key, f) is None, getattr(key, f) or 0) for f in ("clients", "rounds", "train_size"))
     return (_data_position(data), data,
             int(kind not in (None, "rotation")), kind or "", k or 0,
-            int(not is_reference(key))) + rest + (key.model or "",)
+            int(not is_reference(key))) + rest + (key.model or "", key.layout or "")
 
 
 def paper_numbers(key: Setting | None) -> dict:

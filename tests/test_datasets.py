@@ -82,6 +82,13 @@ def test_a_data_set_from_a_plugin_file_runs(tmp_path):
     assert summary["neighbor_precision"] == 1.0                 # oracle on the plugin's true clusters
 
 
+@pytest.mark.parametrize("key,value", [("data.cluster_sizes", "[3,3]"), ("data.rotations", "[0,10]")])
+def test_a_plugin_data_set_of_its_own_clients_refuses_the_cluster_layout(key, value):
+    with pytest.raises(ConfigError) as e:   # it would ignore them: refused, naming the key
+        load_config(None, SMALL + [f"plugins=[{PLUGIN}]", "data.name=blobs", f"{key}={value}"])
+    assert e.value.field == key and "'blobs' does not apply it" in str(e.value)
+
+
 # ---------------------------------------------------------------- npz, pool form
 
 def _pool(seed=0, per_class=(12, 6), side=6, classes=10, channels=1):

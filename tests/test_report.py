@@ -215,7 +215,7 @@ def test_mean_curves_on_the_rounds_every_seed_evaluated(tmp_path):
     runs = []
     for seed, accs in ((0, [50.0, 60.0, 70.0]), (1, [52.0, 64.0])):   # seed 1 stopped after round 2
         runs.append(report.load_run(write_run(tmp_path, f"o{seed}", summary("oracle", seed, accs[-1]), accs)))
-    rounds, mean, _, _, seeds = report.mean_curves(runs)[("fmnist", "rotation", 2, 100, 300, 200, "mlp")]["oracle"]
+    rounds, mean, _, _, seeds = report.mean_curves(runs)[("fmnist", "rotation", 2, 100, 300, 200, "mlp", None)]["oracle"]
     assert (rounds, mean, seeds) == ([1, 2], [51.0, 62.0], 2)
 
 
@@ -260,7 +260,7 @@ def test_load_runs_reads_the_setting_from_config_of_older_runs(tmp_path):
     (d / "summary.json").write_text(json.dumps(s))
     (d / "config.yaml").write_text("data:\n  name: fmnist\n  clusters: rotation\n  num_clusters: 4\n")
     # the keys config.yaml lacks take their defaults: 100 clients, 300 rounds, 200 images, model auto = mlp
-    assert report.setting(report.load_runs([d])[0]) == ("fmnist", "rotation", 4, 100, 300, 200, "mlp")
+    assert report.setting(report.load_runs([d])[0]) == ("fmnist", "rotation", 4, 100, 300, 200, "mlp", None)
 
 
 def test_unknown_metric_is_refused(tmp_path, capsys):
@@ -414,3 +414,21 @@ def test_final_accuracy_gives_each_methods_gap_to_random_beside_the_papers(tmp_p
     assert recs["panm_grad", "fmnist, rotation 2", "paper_gap_to_random"] == pytest.approx(86.88 - 85.94)
     assert ("random", "fmnist, rotation 2", "gap_to_random") not in recs
     assert ("panm_grad", "cifar10, rotation 4", "gap_to_random") not in recs
+
+
+def test_unequal_clusters_and_other_angles_are_their_own_setting_without_the_papers_number(tmp_path, capsys):
+    four = dict(data="fmnist", data_clusters="rotation", true_clusters=4)
+    runs = []
+    for seed, (acc, layout) in enumerate(((80.0, {}), (70.0, {"cluster_sizes": [70, 20, 5, 5],
+                                                               "rotations": [0, 180, 10, 350.5]}))):
+        s = summary("panm_grad", seed, acc, setting=four)
+        cfg = config_of(s)
+        cfg["data"].update(layout)
+        runs.append(write_run(tmp_path, f"r{seed}", s, config=cfg))
+    rc, out, _ = run_report(capsys, runs)
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert rc == 0 and "fmnist, rotation 4, sizes 70/20/5/5, angles 0/180/10/350.5" in head
+    other = "fmnist, rotation 4, sizes 70/20/5/5, angles 0/180/10/350.5"
+    assert rows["panm_grad"][head.index(other) - 1] == "70.00"
+    assert rows["panm_grad"][head.index("fmnist, rotation 4") - 1] == "80.00"   # never averaged together
+    assert report.paper_numbers(report.setting(report.load_run(runs[1]))) == {}

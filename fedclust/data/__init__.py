@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from fedclust.data import registry
-from fedclust.data.base import DataSet, FederatedData
+from fedclust.data.base import DataSet, FederatedData, refuse_layout
 from fedclust.data.partition import cluster_of_clients
 from fedclust.schema import DataConfig
 
@@ -35,7 +35,10 @@ def dataset(cfg: DataConfig) -> DataSet:
 def check_data(cfg: DataConfig, num_clients: int) -> None:
     """Validate the data config (raises ConfigError naming the field, the value
     and the fix, or DataError for a bad data file)."""
-    dataset(cfg).check(cfg, num_clients)
+    ds = dataset(cfg)
+    ds.check(cfg, num_clients)   # a data set's own words first; then what it would ignore
+    refuse_layout(cfg, tuple(f for f in ("cluster_sizes", "rotations") if f not in ds.layout_keys),
+                  f"data set {cfg.name!r} does not apply it (its clients and clusters are its own)")
 
 
 def _held_ids(client_ids: Sequence[int] | torch.Tensor | None, num_clients: int) -> torch.Tensor:

@@ -10,11 +10,16 @@ can) and how it is loaded (``load``).  Two kinds:
 
 - ``pool`` (:class:`PoolDataSet`): a labelled pool (train and test splits)
   split over the clients, class-balanced (:mod:`fedclust.data.partition`),
-  and transformed per cluster by ``data.clusters`` (rotation, label_swap).
-  A subclass declares only its splits (``raw``), its normalisation and,
-  to check sizes without reading images, its class counts.
+  and transformed per cluster by ``data.clusters`` (rotation, label_swap;
+  ``data.rotations``: each cluster's angle).  A subclass declares only its
+  splits (``raw``), its normalisation and, to check sizes without reading
+  images, its class counts.
 - ``client``: the data comes per client (Synthetic's generator, a naturally
-  federated file); ``data.clusters`` does not apply.
+  federated file); ``data.clusters`` and ``data.rotations`` do not apply.
+
+Clients sit in contiguous cluster blocks, ``data.cluster_sizes`` clients
+each when given (pools and Synthetic; :func:`check_cluster_sizes`), else
+near-equal.
 """
 
 from __future__ import annotations
@@ -147,6 +152,68 @@ def check_cluster_kind(cfg: DataConfig) -> None:
         raise ConfigError("data.clusters", cfg.clusters, f"use one of {', '.join(CLUSTER_KINDS)}")
 
 
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _angle(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _unset(v) -> bool:
+    """A list key left at its default, ``[]``."""
+    return isinstance(v, (list, tuple)) and len(v) == 0
+
+
+def check_cluster_sizes(cfg: DataConfig, num_clients: int) -> None:
+    """``data.cluster_sizes``, when given: a list of whole numbers ``>= 1``,
+    one a cluster (as many as ``data.num_clusters``), summing to ``clients``."""
+    sizes = cfg.cluster_sizes
+    if not isinstance(sizes, (list, tuple)) or not all(_whole(s) for s in sizes):
+        raise ConfigError("data.cluster_sizes", sizes, "give the clients of each cluster as a list of whole "
+                          "numbers, e.g. data.cluster_sizes=[70,20,5,5] ([]: near-equal clusters)")
+    if not sizes:
+        return
+    if min(sizes) < 1:
+        c = next(i for i, s in enumerate(sizes) if s < 1)
+        raise ConfigError("data.cluster_sizes", sizes, f"cluster {c} would have {sizes[c]} clients: every cluster "
+                          "needs at least 1 (drop the cluster and lower data.num_clusters)")
+    if len(sizes) != cfg.num_clusters:
+        raise ConfigError("data.cluster_sizes", sizes, f"gives {len(sizes)} cluster sizes, one a cluster, but "
+                          f"data.num_clusters={cfg.num_clusters}: set data.num_clusters={len(sizes)}, or give "
+                          f"{cfg.num_clusters} sizes")
+    if sum(sizes) != num_clients:
+        raise ConfigError("data.cluster_sizes", sizes, f"sums to {sum(sizes)} clients but clients={num_clients}: "
+                          f"make the sizes sum to {num_clients}, or set clients={sum(sizes)}")
+
+
+def check_rotations(cfg: DataConfig) -> None:
+    """``data.rotations``, when given: finite angles in degrees, with
+    ``data.clusters=rotation``, one a cluster (as many as ``data.num_clusters``)."""
+    angles = cfg.rotations
+    if not isinstance(angles, (list, tuple)) or not all(_angle(a) for a in angles):
+        raise ConfigError("data.rotations", angles, "give each cluster's angle in degrees as a list of finite "
+                          "numbers, e.g. data.rotations=[0,180,10,350] ([]: the papers' evenly spaced rotations)")
+    if not angles:
+        return
+    if cfg.clusters != "rotation":
+        raise ConfigError("data.rotations", angles, f"angles turn the images of data.clusters=rotation, but "
+                          f"data.clusters={cfg.clusters}: drop data.rotations, or set data.clusters=rotation")
+    if len(angles) != cfg.num_clusters:
+        raise ConfigError("data.rotations", angles, f"gives {len(angles)} angles, one a cluster, but "
+                          f"data.num_clusters={cfg.num_clusters}: set data.num_clusters={len(angles)}, or give "
+                          f"{cfg.num_clusters} angles")
+
+
+def refuse_layout(cfg: DataConfig, fields: tuple[str, ...], why: str) -> None:
+    """Refuse ``data.cluster_sizes`` / ``data.rotations`` (those of ``fields``) when given to a data set that
+    does not take them, saying ``why``."""
+    for field in fields:
+        value = getattr(cfg, field)
+        if not _unset(value):
+            raise ConfigError(f"data.{field}", value, f"{why}: drop data.{field} (leave it [])")
+
+
 class DataSet:
     """One data set (see the module docstring).  Instances are cheap: the
     registry makes one per lookup; whatever is read is cached per process by
@@ -163,6 +230,9 @@ class DataSet:
     takes_argument: ClassVar[bool] = False
     argument_help: ClassVar[str] = ""       # what the argument is, as shown in names(): torchvision:NAME
     argument_example: ClassVar[str] = ""    # one, for error messages: KMNIST
+    # data.cluster_sizes / data.rotations it applies (check_data refuses the others, so a data set that applies
+    # neither, a plug-in's own clients say, never ignores them)
+    layout_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, argument: str | None = None):
         self.argument = argument
@@ -202,6 +272,7 @@ class PoolDataSet(DataSet):
     """A labelled pool split over clients and transformed per cluster (fmnist's way)."""
 
     kind = "pool"
+    layout_keys = ("cluster_sizes", "rotations")
     shape: ClassVar[tuple[int, ...]] = ()
     classes: ClassVar[int] = 10
     mean: ClassVar[tuple[float, ...]] = ()
@@ -251,12 +322,9 @@ class PoolDataSet(DataSet):
 
     def check(self, cfg: DataConfig, num_clients: int) -> None:
         check_cluster_kind(cfg)
-        allowed = sorted(ROTATION_QUARTERS if cfg.clusters == "rotation" else LABEL_SWAPS)
-        if cfg.num_clusters not in allowed:
-            raise ConfigError(
-                "data.num_clusters", cfg.num_clusters,
-                f"{cfg.clusters} defines {' or '.join(map(str, allowed))} clusters (docs/algorithms.md)",
-            )
+        check_rotations(cfg)
+        self.check_cluster_count(cfg)
+        check_cluster_sizes(cfg, num_clients)
         for field in ("train_size", "test_size"):
             positive_int(f"data.{field}", getattr(cfg, field))
         if not isinstance(num_clients, int) or num_clients < cfg.num_clusters:
@@ -267,6 +335,21 @@ class PoolDataSet(DataSet):
         have = self.class_counts(cfg)
         self._check_size(cfg, num_clients, "data.train_size", cfg.train_size, torch.tensor(have[0]), "train")
         self._check_size(cfg, num_clients, "data.test_size", cfg.test_size, torch.tensor(have[1]), "test")
+
+    def check_cluster_count(self, cfg: DataConfig) -> None:
+        """``data.num_clusters``: any whole number >= 1 when ``data.rotations`` gives each cluster's angle,
+        else one the transform defines (2 or 4)."""
+        if cfg.clusters == "rotation" and not _unset(cfg.rotations):
+            positive_int("data.num_clusters", cfg.num_clusters)
+            return
+        allowed = sorted(ROTATION_QUARTERS if cfg.clusters == "rotation" else LABEL_SWAPS)
+        if cfg.num_clusters not in allowed:
+            other = ("; for another number give each cluster's angle in data.rotations"
+                     if cfg.clusters == "rotation" else "")
+            raise ConfigError(
+                "data.num_clusters", cfg.num_clusters,
+                f"{cfg.clusters} defines {' or '.join(map(str, allowed))} clusters (docs/algorithms.md){other}",
+            )
 
     def check_transform(self, cfg: DataConfig) -> None:
         """Refuse a cluster transform the inputs or labels cannot take."""
@@ -319,7 +402,7 @@ class PoolDataSet(DataSet):
              device: torch.device) -> FederatedData:
         raw = self.raw(cfg)
         k = self.num_classes(cfg)
-        clusters = cluster_of_clients(num_clients, cfg.num_clusters)
+        clusters = cluster_of_clients(num_clients, cfg.num_clusters, cfg.cluster_sizes)
         held = clusters[ids]
         train_idx, test_idx = federated_indices(
             raw.train_y, raw.test_y, num_clients, cfg.train_size, cfg.test_size, seed, cfg.share_images,
@@ -331,7 +414,7 @@ class PoolDataSet(DataSet):
             x = images[idx[ids]].to(device)                          # [C, m, *shape] as stored
             y = labels[idx[ids]].to(device)
             if cfg.clusters == "rotation":
-                x = rotate(x, held.to(device), cfg.num_clusters)
+                x = rotate(x, held.to(device), cfg.num_clusters, cfg.rotations)   # as stored: uint8 stays uint8
             else:
                 y = swap_labels(y, held.to(device), cfg.num_clusters, k)
             x = x.contiguous()

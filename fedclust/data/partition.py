@@ -15,12 +15,18 @@ small and sharing is allowed, each class's pool is instead shuffled once per
 clients as little as the slots allow.  The whole assignment is computed for
 all clients, so it never depends on which clients a process holds.
 
-Transforms (docs/algorithms.md): rotation by exact ``torch.rot90`` on (H, W);
-label swaps by a per-cluster lookup table.  Clients sit in contiguous,
-near-equal cluster blocks.
+Transforms (docs/algorithms.md): rotation of each cluster's images by its
+angle (``data.rotations``; by default the papers' 0°/180° or 0°/90°/180°/270°),
+by exact ``torch.rot90`` on (H, W) for multiples of 90°, else by bilinear
+interpolation about the image centre with zero fill; label swaps by a
+per-cluster lookup table.  Clients sit in contiguous cluster blocks:
+``data.cluster_sizes`` clients each when given, else near-equal.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import torch
 
@@ -32,14 +38,33 @@ ROTATION_QUARTERS = {2: (0, 2), 4: (0, 1, 2, 3)}
 LABEL_SWAPS = {2: ((0, 1), (6, 7)), 4: ((0, 1), (2, 3), (4, 5), (6, 7))}
 
 
-def cluster_of_clients(num_clients: int, num_clusters: int) -> torch.Tensor:
-    """[num_clients] int64 true cluster of each client: contiguous blocks,
-    near-equal, the first ``num_clients % num_clusters`` blocks one larger (docs/algorithms.md)."""
+# images a bilinear rotation turns in one call at most (times their pixels: at most ROTATE_CHUNK_VALUES values),
+# which bounds its float32 working copies; every image is turned alone, so the chunking changes no value
+ROTATE_CHUNK_VALUES = 1 << 24
+
+
+def block_sizes(num_clients: int, num_clusters: int, sizes: Sequence[int] = ()) -> list[int]:
+    """Clients of each cluster: ``sizes`` when given (one whole number >= 1 a
+    cluster, summing to ``num_clients``), else near-equal blocks, the first
+    ``num_clients % num_clusters`` one larger (docs/algorithms.md)."""
+    if len(sizes):
+        sizes = [int(s) for s in sizes]
+        if len(sizes) != num_clusters or min(sizes) < 1 or sum(sizes) != num_clients:
+            raise ValueError(f"cluster sizes {sizes} must be {num_clusters} whole numbers >= 1 summing to "
+                             f"{num_clients}")
+        return sizes
     if num_clusters < 1 or num_clients < 0:
         raise ValueError(f"need num_clusters >= 1 and num_clients >= 0, got {num_clusters}, {num_clients}")
     base, extra = divmod(num_clients, num_clusters)
-    sizes = base + (torch.arange(num_clusters) < extra).long()
-    return torch.repeat_interleave(torch.arange(num_clusters), sizes)
+    return [base + (c < extra) for c in range(num_clusters)]
+
+
+def cluster_of_clients(num_clients: int, num_clusters: int, sizes: Sequence[int] = ()) -> torch.Tensor:
+    """[num_clients] int64 true cluster of each client: contiguous blocks in
+    cluster order (clients ``0 .. b_0 − 1`` are cluster 0, the next ``b_1``
+    cluster 1, ...), of :func:`block_sizes` ``b`` (docs/algorithms.md)."""
+    b = torch.tensor(block_sizes(num_clients, num_clusters, sizes), dtype=torch.int64)
+    return torch.repeat_interleave(torch.arange(num_clusters), b)
 
 
 def class_counts(num_clients: int, per_client: int, num_classes: int) -> torch.Tensor:
@@ -173,15 +198,62 @@ def federated_indices(
     return train, test
 
 
-def rotate(x: torch.Tensor, clusters: torch.Tensor, num_clusters: int) -> torch.Tensor:
-    """Rotate ``x`` [C, m, ch, H, W] of clients in cluster ``clusters[C]`` by the
-    cluster's quarter turns (``torch.rot90`` on H, W; docs/algorithms.md)."""
-    quarters = torch.tensor(ROTATION_QUARTERS[num_clusters], device=clusters.device)[clusters]
+def rotation_angles(num_clusters: int, rotations: Sequence[float] = ()) -> tuple[float, ...]:
+    """Each cluster's angle in degrees, counter-clockwise: ``rotations`` when
+    given (one a cluster), else the papers' quarter turns of
+    :data:`ROTATION_QUARTERS` (0°, 180°; or 0°, 90°, 180°, 270°)."""
+    if len(rotations):
+        if len(rotations) != num_clusters:
+            raise ValueError(f"{len(rotations)} rotations for {num_clusters} clusters")
+        return tuple(float(a) for a in rotations)
+    return tuple(90.0 * q for q in ROTATION_QUARTERS[num_clusters])
+
+
+def quarter_turns(angle: float) -> int | None:
+    """``angle / 90 mod 4`` when ``angle`` (degrees) is a whole multiple of 90°, else None."""
+    q = float(angle) / 90.0
+    return int(q) % 4 if q.is_integer() else None
+
+
+def rotate_images(x: torch.Tensor, angle: float) -> torch.Tensor:
+    """Images ``x`` [..., ch, H, W] (H = W) turned ``angle`` degrees
+    counter-clockwise about the image centre: a multiple of 90° by exact
+    ``torch.rot90`` on (H, W); any other angle (taken mod 360) by bilinear
+    interpolation with zero fill outside the image (torchvision's ``rotate``,
+    the same numbers image by image), batched, in x's dtype (integer images
+    rounded back).  Zero is the stored value: black for images that are
+    normalized after (docs/algorithms.md)."""
+    if not math.isfinite(float(angle)):
+        raise ValueError(f"rotation angle {angle} is not a finite number")
+    k = quarter_turns(angle)
+    if k is not None:
+        return torch.rot90(x, k, dims=(-2, -1)) if k else x.clone()
+    from torchvision.transforms.functional import InterpolationMode
+    from torchvision.transforms.functional import rotate as tv_rotate
+
+    images = x.reshape(-1, *x.shape[-3:])                      # [N, ch, H, W]: torchvision's batch
+    step = max(1, ROTATE_CHUNK_VALUES // max(1, math.prod(images.shape[1:])))
+    turned = [tv_rotate(images[i:i + step], float(angle) % 360.0, interpolation=InterpolationMode.BILINEAR)
+              for i in range(0, len(images), step)]
+    return (torch.cat(turned) if turned else images.clone()).reshape(x.shape)
+
+
+def rotate(x: torch.Tensor, clusters: torch.Tensor, num_clusters: int,
+           rotations: Sequence[float] = ()) -> torch.Tensor:
+    """Rotate ``x`` [C, m, ch, H, W] of clients in cluster ``clusters[C]`` by
+    the cluster's angle (:func:`rotation_angles`; :func:`rotate_images`), one
+    call per distinct angle (docs/algorithms.md)."""
+    angles = rotation_angles(num_clusters, rotations)
     out = x.clone()
-    for k in set(ROTATION_QUARTERS[num_clusters]) - {0}:  # at most 3 turn values
-        rows = (quarters == k).nonzero().squeeze(1).to(x.device)
+    by_turn: dict[float, list[int]] = {}                      # clusters of each distinct turn (mod 360°)
+    for c, a in enumerate(angles):
+        by_turn.setdefault(a % 360.0, []).append(c)
+    for a, members in by_turn.items():
+        if a == 0.0:
+            continue
+        rows = torch.isin(clusters, torch.tensor(members, device=clusters.device)).nonzero().squeeze(1).to(x.device)
         if len(rows):
-            out[rows] = torch.rot90(x[rows], k, dims=(-2, -1))
+            out[rows] = rotate_images(x[rows], a)
     return out
 
 

@@ -12,8 +12,9 @@ Arrays (x as [N, *shape], any numeric dtype; y integer labels 0..K-1):
   test example) and optionally ``cluster`` ([n] true cluster of each client,
   0..k-1; then ``data.num_clusters`` must be k).  ``clients`` must be n;
   ``data.train_size``, ``data.test_size`` and the cluster transforms do not
-  apply.  A client's examples keep the file's order; rows are padded to the
-  largest count over all clients (x = 0, y = 0) and
+  apply, and ``data.cluster_sizes`` and ``data.rotations`` are refused.  A
+  client's examples keep the file's order; rows are padded to the largest
+  count over all clients (x = 0, y = 0) and
   ``FederatedData.train_counts``/``test_counts`` say how many are real
   (None when all clients hold the same number).  Without ``cluster`` the
   true clusters are unknown: neighbour precision, recall and ARI are null
@@ -39,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from fedclust.data.base import FederatedData, PoolDataSet, RawData, check_cluster_kind
+from fedclust.data.base import FederatedData, PoolDataSet, RawData, check_cluster_kind, refuse_layout
 from fedclust.data.registry import register
 from fedclust.errors import ConfigError, DataError
 from fedclust.schema import DataConfig
@@ -278,6 +279,9 @@ class Npz(PoolDataSet):
             super().check(cfg, num_clients)
             return
         check_cluster_kind(cfg)
+        refuse_layout(cfg, ("cluster_sizes", "rotations"),
+                      f"{a.source} holds your own clients (client_train, client_test), which keep their own "
+                      "clusters (the file's 'cluster' array, if any) and take no transform")
         n = a.num_clients
         if num_clients != n:
             raise ConfigError("clients", num_clients, f"{a.source} holds {n} clients (ids 0..{n - 1} in client_train "

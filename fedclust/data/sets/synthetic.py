@@ -1,5 +1,6 @@
 """Clustered Synthetic(alpha, beta) of FedProx (docs/algorithms.md; the generator is
-:mod:`fedclust.data.synthetic`): client kind, each cluster its own (W, b)."""
+:mod:`fedclust.data.synthetic`): client kind, each cluster its own (W, b); clients in contiguous cluster
+blocks, ``data.cluster_sizes`` each when given (``data.rotations`` does not apply)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import math
 
 import torch
 
-from fedclust.data.base import DataSet, FederatedData, check_cluster_kind, positive_int
+from fedclust.data.base import (
+    DataSet,
+    FederatedData,
+    check_cluster_kind,
+    check_cluster_sizes,
+    positive_int,
+    refuse_layout,
+)
 from fedclust.data.partition import cluster_of_clients
 from fedclust.data.registry import register
 from fedclust.data.synthetic import NUM_CLASSES, synthetic_clients
@@ -21,6 +29,7 @@ SYNTHETIC_INPUTS = ("client", "shared")
 class Synthetic(DataSet):
     name = "synthetic"
     kind = "client"
+    layout_keys = ("cluster_sizes",)
     default_model = "logreg"
     report_order = 3
     # FPFC paper Table 1's setting (configs/synthetic_cluster4.yaml)
@@ -36,6 +45,8 @@ class Synthetic(DataSet):
         check_cluster_kind(cfg)
         if not isinstance(cfg.num_clusters, int) or cfg.num_clusters < 1:
             raise ConfigError("data.num_clusters", cfg.num_clusters, "use a positive integer")
+        refuse_layout(cfg, ("rotations",), "Synthetic's clusters differ by their own (W, b), not by a rotation")
+        check_cluster_sizes(cfg, num_clients)
         if not isinstance(cfg.synthetic_dim, int) or cfg.synthetic_dim < 1:
             raise ConfigError("data.synthetic_dim", cfg.synthetic_dim, "use a positive integer (FedProx: 60)")
         for field in ("synthetic_alpha", "synthetic_beta"):
@@ -55,7 +66,7 @@ class Synthetic(DataSet):
 
     def load(self, cfg: DataConfig, num_clients: int, seed: int, ids: torch.Tensor,
              device: torch.device) -> FederatedData:
-        clusters = cluster_of_clients(num_clients, cfg.num_clusters)
+        clusters = cluster_of_clients(num_clients, cfg.num_clusters, cfg.cluster_sizes)
         x, y = synthetic_clients(
             seed, ids, clusters[ids], cfg.train_size + cfg.test_size, cfg.synthetic_dim,
             cfg.synthetic_alpha, cfg.synthetic_beta, shared_inputs=cfg.synthetic_inputs == "shared",
