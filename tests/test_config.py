@@ -193,6 +193,10 @@ OUT_OF_RANGE = {
     "deprl.head_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.body_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.degree": ("3", ["algorithm.name=deprl", "model=mlp", "clients=9"]),   # 9 x 3 is odd: no such graph
+    "facade.heads": ("0", ["algorithm.name=facade", "model=mlp"]),
+    "facade.head": ("[fc9]", ["algorithm.name=facade", "model=mlp"]),
+    "facade.warmup": ("-1", ["algorithm.name=facade", "model=mlp"]),
+    "facade.degree": ("3", ["algorithm.name=facade", "model=mlp", "clients=9"]),   # 9 x 3 is odd: no such graph
     "dfca.clusters": ("9", ["algorithm.name=dfca"]),         # more models than 8 clients
     "dfca.partners": ("1", ["algorithm.name=dfca"]),         # a client draws 1 .. λ-1 partners: λ >= 2
     "dfca.init": ("shared", ["algorithm.name=dfca"]),

@@ -317,9 +317,10 @@ class Algorithm:
     # The round's gather also carries the models before local training (view.all_before): twice the exchange.
     # (An instance attribute: a plug-in may set it from its config.)
     gathers_before: bool = False
-    # Models it keeps per client between rounds beyond the one it trains (DFCA's bank of k): the growth law of
-    # fedclust bench-scale counts them twice, the kept ones and the round's new ones.  (An instance attribute.)
-    bank_models: int = 0
+    # Numbers it keeps per client between rounds beyond the model it trains (DFCA's bank of k models, k·P;
+    # Facade's k heads, k·H): the growth law of fedclust bench-scale counts them twice, the kept ones and the
+    # round's new ones.  (An instance attribute, set from the config and the model.)
+    kept_numbers: int = 0
     # It honours share.personal (a personal part of the model the gossip leaves alone): the peer methods whose
     # aggregate is PeerAlgorithm's.
     personal_layers: ClassVar[bool] = False

@@ -40,7 +40,7 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundPlan, RoundResult, RoundView, RunFacts, client_rows
-from fedclust.algorithms.cluster_models import assign_clusters, bank_losses, cluster_inits
+from fedclust.algorithms.cluster_models import assign_clusters, bank_losses, cluster_inits, merge_copies
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
 from fedclust.network import delivered, keep_peers, within
@@ -106,24 +106,9 @@ def exchange_partners(draws: PeerIndex, lo: int, hi: int) -> PeerIndex:
 def merge_bank(bank: torch.Tensor, partners: PeerIndex, labels: torch.Tensor, view: RoundView,
                inplace: bool = False) -> torch.Tensor:
     """Step 4 of the round: ``bank [C, k, P]`` with each model c the mean of itself and every model received from
-    a partner whose choice ``labels[j]`` is c (``view``'s gathered models, read a column block at a time; each
-    column's sum is in partner order, so any block gives the same bits).  ``inplace``: into ``bank`` itself (a
-    round then holds two banks, not three)."""
-    idx, valid = partners.idx.to(bank.device), partners.valid.to(bank.device)
-    lab = labels.to(bank.device)[idx]
-    out = bank if inplace else bank.clone()
-    picks = []
-    for c in range(bank.shape[1]):
-        sel = valid & (lab == c)
-        count = sel.sum(1)
-        if bool(count.any()):
-            picks.append((c, idx[sel], count.cumsum(0) - count, count))
-    for start, stop, cols in view.blocks(("after",)):   # column blocks: one gather each
-        models = cols["after"]
-        for c, bags, offsets, count in picks:
-            sums = torch.nn.functional.embedding_bag(bags, models, offsets, mode="sum")
-            out[:, c, start:stop] = (bank[:, c, start:stop] + sums) / (1 + count).to(bank.dtype)[:, None]
-    return out
+    a partner whose choice ``labels[j]`` is c (:func:`fedclust.algorithms.cluster_models.merge_copies` of whole
+    models).  ``inplace``: into ``bank`` itself (a round then holds two banks, not three)."""
+    return merge_copies(bank, partners, labels, view, inplace=inplace)
 
 
 @dataclass
@@ -147,12 +132,11 @@ class Dfca(PeerAlgorithm):
     extra_accuracies = ("accuracy_best_of_k",)
     personal_layers = False   # its own merge of k models a client
 
-    def __post_init__(self) -> None:
-        self.bank_models = self.dfca.clusters   # [C, k, P], kept and made anew each round
-
     @classmethod
     def from_config(cls, cfg, facts: RunFacts) -> "Dfca":  # type: ignore[override]  # takes the run's facts
-        return cls(facts.init, cfg.dfca)
+        algo = cls(facts.init, cfg.dfca)
+        algo.kept_numbers = cfg.dfca.clusters * facts.layout.numel   # [C, k, P], kept and made anew each round
+        return algo
 
     def init(self, ctx: Context) -> DfcaState:
         """DFCA-GI: every bank the same k models (``w0`` first, then the model's init under seeds of

@@ -167,7 +167,7 @@ def law(cfg, world: int, base: float = 0.0) -> dict:
     # PANMGrad's similarity: the update, the distance from w0 and their squares, [n, piece] float32 each
     pieces = 4 * n * min(POOL_BLOCK, columns) * 4 if before else 0
     gather = world * C * gathered * 4 if world > 1 else 0
-    banks = 2 * C * algo.bank_models * P * 4   # DFCA: its [C, k, P] bank, kept and made anew in a round
+    banks = 2 * C * algo.kept_numbers * 4   # DFCA's [C, k, P] bank, Facade's heads: kept and made anew in a round
     banks += 2 * n * n * algo.pair_bytes      # DAC: its [n, n] tables on every process, kept and made anew
     memory = base + C * d + 2 * C * P * 4 + C * n * mask_bytes + held + pieces + banks
     return {"params": P, "columns": gathered, "data_bytes_per_client": d, "gather_bytes": gather,

@@ -1,0 +1,238 @@
+"""Facade, as the peer algorithm ``facade``: every client keeps a shared core
+and k heads; it trains the core with the head that fits its data best and
+gossips the core with its graph neighbours, while a head is averaged only
+with the copies of the same index that neighbours trained.
+
+Round t, for client i (``H`` the head's columns, the core the others):
+
+0. warm-up, t <= ``facade.warmup``: plain decentralized SGD of whole models
+   over the round's graph; every head is a copy of the model's head;
+1. ``a_i = argmin_j L_i(core_i ∥ H_i[j])``, the mean loss over its training
+   set; exact ties (the heads are copies right after the warm-up) go to the
+   head of lowest key ``uniform(seed, t, "facade_tie", i, j)``;
+2. local training of ``core_i ∥ H_i[a_i]`` (the run's training settings);
+   ``H_i[a_i]`` becomes the trained head;
+3. ``core_i ←`` the mean of the cores of ``{i} ∪ N_i(t)``; for every j,
+   ``H_i[j] ← (H_i[j] + Σ_{l ∈ N_i, a_l = j} H_l) / (1 + |{l ∈ N_i: a_l = j}|)``
+   (a head nobody sent stays).
+
+``N_i(t)`` is the round's graph (``network.graph``; on the complete graph a
+fresh random ``facade.degree``-regular graph from (seed, round), as the
+reference runs it).  A client is evaluated with ``core_i ∥ H_i[a_i]`` after
+the round; its cluster (ARI) is ``a_i``, its neighbour list the neighbours
+that trained the same head.  ``accuracy_oracle_head`` also reports the best
+of its heads on its test set, the reference code's (oracle) figure.  Where
+fedclust departs from the reference code: docs/algorithms.md, "Facade".
+
+Paper: S. Biswas, M. de Vos, A.-M. Kermarrec, R. Pires, R. Sharma, M. Vujasinovic, "Fair Decentralized Learning"
+(Facade), SaTML 2025, https://arxiv.org/abs/2410.02541; reference code sacs-epfl/facade ("IDCA").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import torch
+
+from fedclust import rng
+from fedclust.algorithms.aggregation import gossip_view
+from fedclust.algorithms.base import (
+    Context,
+    PeerAlgorithm,
+    RoundPlan,
+    RoundResult,
+    RoundView,
+    RunFacts,
+    client_rows,
+)
+from fedclust.algorithms.cluster_models import merge_copies
+from fedclust.algorithms.registry import register
+from fedclust.errors import ConfigError
+from fedclust.network import delivered, keep_peers, make_graph, within
+from fedclust.peers import PeerIndex
+from fedclust.schema import at_least, option
+
+
+@dataclass
+class FacadeConfig:
+    """The ``facade`` section (docs/algorithms.md, "Facade")."""
+
+    heads: int = option(2, "k, the heads every client keeps (the reference's default: the number of clusters), >= 1")
+    head: list = option(help="the head's tensors: names, module prefixes or head (the model's last layer); the "
+                             "rest is the shared core", factory=lambda: ["head"])
+    warmup: int = option(10, "rounds of plain decentralized SGD of whole models first, every head a copy (the "
+                             "reference's share_all_for, 10 on CIFAR-10), >= 0")
+    degree: int = option(4, "on network.graph=complete: the degree of the random regular graph drawn each round "
+                            "(the reference's 4); a given network.graph is used as it is")
+
+    def validate(self, cfg) -> None:
+        at_least("facade.heads", self.heads, 1, "the heads a client keeps, e.g. the clusters you expect")
+        at_least("facade.warmup", self.warmup, 0, "rounds of plain decentralized SGD first (0: none)")
+        if not isinstance(self.head, list) or not self.head or not all(isinstance(x, str) and x for x in self.head):
+            raise ConfigError("facade.head", self.head, "must be a non-empty list of parameter names, module "
+                              "prefixes or head, e.g. facade.head=[head]")
+        if cfg.network.graph == "complete":
+            n = cfg.clients
+            if not 1 <= self.degree < n:
+                raise ConfigError("facade.degree", self.degree, f"must lie in [1, clients - 1 = {n - 1}]")
+            if (n * self.degree) % 2:
+                raise ConfigError("facade.degree", self.degree, f"a {self.degree}-regular graph of {n} clients does "
+                                  "not exist (clients x degree must be even); choose an even degree")
+
+
+def head_tensors(names: list, layout) -> tuple[int, ...]:
+    """The indices of ``facade.head``'s tensors, checked: named among the model's, and not every one of them."""
+    try:
+        picked = layout.select(names)
+    except ValueError as e:
+        raise ConfigError("facade.head", names, f"{e}; give names, module prefixes or head") from None
+    if len(picked) == len(layout.names):
+        raise ConfigError("facade.head", names, f"is the whole model ({', '.join(layout.names)}), leaving no core "
+                          "to share: name fewer tensors, or use a model of several layers (model=mlp)")
+    return picked
+
+
+def head_mask(columns: tuple[tuple[int, int], ...], P: int, device) -> torch.Tensor:
+    """bool ``[P]``: True at the head's columns."""
+    out = torch.zeros(P, dtype=torch.bool, device=device)
+    for a, b in columns:
+        out[a:b] = True
+    return out
+
+
+def choose_heads(losses: torch.Tensor, seed: int, round_: int, clients: torch.Tensor) -> torch.Tensor:
+    """Step 1: ``[C]`` the head of lowest loss (``losses [C, k]``), exact ties to the lowest key
+    ``uniform(seed, round, "facade_tie", i, j)`` among the tied."""
+    k = losses.shape[1]
+    keys = rng.uniform(seed, round_, "facade_tie", clients[:, None].cpu(), torch.arange(k)[None, :])
+    tied = losses == losses.min(dim=1, keepdim=True).values
+    keys = torch.where(tied.cpu(), keys, torch.full_like(keys, 2.0))
+    return keys.argmin(dim=1).to(losses.device)
+
+
+@dataclass
+class FacadeState:
+    heads: torch.Tensor = client_rows()    # [C, k, H] every client's k heads
+    choice: torch.Tensor = client_rows()   # [C] int64 the head it trained last (a_i)
+
+
+@register
+@dataclass
+class Facade(PeerAlgorithm):
+    """Facade's round (see the module docstring)."""
+
+    columns: tuple[tuple[int, int], ...]   # the head's flat columns
+    facade: FacadeConfig = field(default_factory=FacadeConfig)
+
+    name = "facade"
+    report_position = 18
+    choice_masks = False     # index lists: the round's graph neighbours
+    gathers_labels = True    # every client's a_j travels with the models
+    personal_layers = False  # its heads are merged by index, its core gossiped
+    sections = {"facade": FacadeConfig}
+    extra_accuracies = ("accuracy_oracle_head",)
+
+    @classmethod
+    def from_config(cls, cfg, facts: RunFacts) -> "Facade":  # type: ignore[override]  # takes the run's facts
+        algo = cls(facts.layout.column_ranges(head_tensors(cfg.facade.head, facts.layout)), cfg.facade)
+        algo.kept_numbers = cfg.facade.heads * algo._width()   # [C, k, H] heads, kept and made anew each round
+        return algo
+
+    @classmethod
+    def check_run(cls, cfg, facts: RunFacts) -> None:
+        head_tensors(cfg.facade.head, facts.layout)
+
+    def _width(self) -> int:
+        return sum(b - a for a, b in self.columns)
+
+    def _models(self, core: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """``[C, P]``: ``core`` with its head columns replaced by ``heads [C, H]``."""
+        out = core.clone()
+        at = 0
+        for a, b in self.columns:
+            out[:, a:b] = heads[:, at:at + b - a]
+            at += b - a
+        return out
+
+    def _head_of(self, models: torch.Tensor) -> torch.Tensor:
+        """``[C, H]``: the head columns of ``models [C, P]``."""
+        return torch.cat([models[:, a:b] for a, b in self.columns], dim=1)
+
+    def init(self, ctx: Context) -> FacadeState:
+        C, k = len(ctx.client_ids), self.facade.heads
+        head = self._head_of(ctx.w0[None])   # every head starts as the model's
+        return FacadeState(heads=head[:, None].expand(C, k, -1).clone(),
+                           choice=torch.zeros(C, dtype=torch.int64, device=ctx.w0.device))
+
+    def warm(self, round_: int) -> bool:
+        return round_ <= self.facade.warmup
+
+    def plan(self, state: FacadeState, ctx: Context, round_: int, models: torch.Tensor):
+        """Each client trains its core with the head of lowest training loss (step 1; head 0 in the warm-up)."""
+        C = models.shape[0]
+        if self.warm(round_):
+            choice = torch.zeros(C, dtype=torch.int64, device=models.device)
+            return state, RoundPlan(start=models, labels=choice)
+        if ctx.pair_loss is None:
+            raise ValueError("facade needs ctx.pair_loss (the engine's loss of models on the clients' training sets)")
+        local = torch.arange(C, device=models.device)
+        losses = torch.stack([ctx.pair_loss(self._models(models, state.heads[:, j]), local)
+                              for j in range(self.facade.heads)], dim=1)   # k passes of one [C, P] each
+        choice = choose_heads(losses, ctx.seed, round_, ctx.client_ids)
+        rows = torch.arange(C, device=models.device)
+        return state, RoundPlan(start=self._models(models, state.heads[rows, choice]), labels=choice)
+
+    def select(self, state, ctx: Context, view: RoundView) -> tuple[FacadeState, PeerIndex]:
+        """Every neighbour of the round's graph."""
+        t, n = view.round, ctx.n
+        g = ctx.graph(t)
+        if g is None:   # the complete graph: a fresh random regular graph, the same on every process
+            spec = SimpleNamespace(graph="regular", degree=self.facade.degree, p_edge=0.0, rewire=0.0, path="")
+            g = make_graph(spec, n, ctx.seed, t, stream="facade", connected=False)
+            assert g is not None
+        lo, hi = ctx.own_rows.start, ctx.own_rows.stop
+        return state, PeerIndex(g.idx[lo:hi].to(ctx.device), g.valid[lo:hi].to(ctx.device), n)
+
+    def aggregate(self, state: FacadeState, ctx: Context, view: RoundView) -> tuple[FacadeState, RoundResult]:
+        t = view.round
+        _, neighbours = self.select(state, ctx, view)
+        neighbours = within(neighbours, ctx.reach(t))
+        delivery = ctx.delivery(t)
+        neighbours = delivered(neighbours, delivery)   # nothing from or for a client offline, nothing lost
+        labels = view.gathered_labels().to(ctx.device)   # [n] every client's a_j
+        mine = labels[ctx.own_rows]
+        rows = torch.arange(len(mine), device=ctx.device)
+        models = gossip_view(neighbours, ctx.client_ids, view)   # the core's mean (step 3); heads below
+        heads = state.heads.clone()
+        if self.warm(t):   # whole models averaged; every head a copy of the averaged one
+            heads[:] = self._head_of(models)[:, None]
+        else:
+            heads[rows, mine] = self._head_of(view.after).to(heads.dtype)   # the head it trained (step 2)
+            heads = merge_copies(heads, neighbours, labels, view, self.columns, inplace=True)
+            models = self._models(models, heads[rows, mine])
+        choice = mine
+        if delivery is not None:   # a client offline did nothing: its heads and choice stay
+            offline = ~delivery.own_online().to(ctx.device)
+            heads[offline] = state.heads[offline]
+            choice = torch.where(offline, state.choice, mine)
+        same = neighbours.valid & (labels[neighbours.idx] == mine[:, None])
+        return FacadeState(heads=heads, choice=choice), RoundResult(
+            models=models.contiguous(),
+            lists=keep_peers(neighbours, same),
+            averaged=neighbours,
+            assignment=labels,
+            received=neighbours.counts(),
+        )
+
+    def extra_accuracy(self, state: FacadeState, ctx: Context, data, models: torch.Tensor, accuracy: torch.Tensor,
+                       score) -> dict[str, torch.Tensor]:
+        """``accuracy_oracle_head``: each client's best test accuracy over its core with each of its heads (the
+        reference code's figure: it picks by the test set, an oracle)."""
+        best = accuracy.clone()
+        C = state.heads.shape[0]
+        for j in range(state.heads.shape[1]):   # k evaluations of every client's test set
+            acc = score(self._models(models, state.heads[:, j]), data.test_x, data.test_y,
+                        data.test_counts)[0].to(best.dtype)
+            best = torch.maximum(best, acc[:C])
+        return {"accuracy_oracle_head": best}
