@@ -32,6 +32,31 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 # their own beyond panm_grad's, and every algorithm's kill and resume is tested on one process.
 RESUMED_ON_TWO = ("panm_grad", "ifca", "fedgroup")
 
+# Runs under several network faults at once that tests/test_network.py compares on 1 and 2 processes: an algorithm
+# here is compared on 2 processes there (under its faults, a stronger check of the same claim) and not again
+# without faults in tests/test_plugins.py.
+FAULT_RUNS = [
+    ("random", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3",
+                "network.p_drop=0.3", "network.stragglers=0.4", "network.straggler_work=0.3",
+                "attack.fraction=0.25", "attack.kind=sign_flip", "share.personal=[head]", "exchange_mb=0.1")),
+    ("panm_grad", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3",
+                   "network.p_offline=0.3", "attack.fraction=0.25", "attack.kind=label_flip")),
+    ("pens", ("algorithm.k=2", "network.graph=small_world", "network.degree=4", "network.p_drop=0.3",
+              "share.personal=[head]")),
+    ("panm_loss", ("network.p_offline=0.3", "network.p_drop=0.3")),
+    ("fedavg", ("network.p_offline=0.3", "participation=0.5", "network.stragglers=0.4",
+                "network.straggler_work=0.3", "attack.fraction=0.25", "attack.kind=gaussian")),
+    ("ifca", ("network.p_offline=0.3",)),
+    ("fpfc", ("network.p_offline=0.3",)),
+    ("dac", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.p_offline=0.3",
+             "network.p_drop=0.3")),
+    ("facade", ("network.graph=regular", "network.degree=3", "network.p_offline=0.3", "network.p_drop=0.3",
+                "exchange_mb=0.1")),
+    ("dfca", ("network.graph=regular", "network.degree=3", "network.p_offline=0.3", "network.p_drop=0.3",
+              "exchange_mb=0.1", "dfca.init=local", "attack.fraction=0.25", "attack.kind=sign_flip")),
+]
+FAULTED_ON_TWO = tuple(name for name, _ in FAULT_RUNS)
+
 
 # The SIMD features of the CPU that pick torch's, MKL's and oneDNN's kernels: two CPUs with the same ATen capability
 # (AVX512, say) but other features round float32 sums differently (seen: every golden run but one differed from

@@ -12,6 +12,7 @@ import dataclasses
 import networkx as nx
 import pytest
 import torch
+from run_files import FAULT_RUNS
 
 from fedclust import rng
 from fedclust.algorithms import registry
@@ -411,26 +412,6 @@ def test_a_run_under_every_fault_killed_on_two_processes_resumes_exactly(tmp_pat
 
 # Each fault under 1 and 2 processes, several at once per run (every peer and server family once); the faults'
 # rules are tested above one by one, these runs test that their draws do not depend on the processes.
-FAULT_RUNS = [
-    ("random", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3",
-                "network.p_drop=0.3", "network.stragglers=0.4", "network.straggler_work=0.3",
-                "attack.fraction=0.25", "attack.kind=sign_flip", "share.personal=[head]", "exchange_mb=0.1")),
-    ("panm_grad", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3",
-                   "network.p_offline=0.3", "attack.fraction=0.25", "attack.kind=label_flip")),
-    ("pens", ("algorithm.k=2", "network.graph=small_world", "network.degree=4", "network.p_drop=0.3",
-              "share.personal=[head]")),
-    ("panm_loss", ("network.p_offline=0.3", "network.p_drop=0.3")),
-    ("fedavg", ("network.p_offline=0.3", "participation=0.5", "network.stragglers=0.4",
-                "network.straggler_work=0.3", "attack.fraction=0.25", "attack.kind=gaussian")),
-    ("ifca", ("network.p_offline=0.3",)),
-    ("fpfc", ("network.p_offline=0.3",)),
-    ("dac", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.p_offline=0.3",
-             "network.p_drop=0.3")),
-    ("facade", ("network.graph=regular", "network.degree=3", "network.p_offline=0.3", "network.p_drop=0.3",
-                "exchange_mb=0.1")),
-    ("dfca", ("network.graph=regular", "network.degree=3", "network.p_offline=0.3", "network.p_drop=0.3",
-              "exchange_mb=0.1", "dfca.init=local", "attack.fraction=0.25", "attack.kind=sign_flip")),
-]
 
 
 @pytest.mark.integration
