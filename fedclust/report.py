@@ -45,6 +45,9 @@ METRICS = {
     "best_accuracy": ("Best accuracy (%)", 2),
     # CFL's best model of each client's lineage, picked on its validation split (docs/algorithms.md, "CFL")
     "final_accuracy_best_of_lineage": ("Final accuracy, best model of each client's lineage (%)", 2),
+    # the lowest mean accuracy of a true cluster's clients, and the accuracy of the clients that do not attack
+    "worst_cluster_accuracy": ("Accuracy of the worst cluster (%)", 2),
+    "honest_accuracy": ("Accuracy of the honest clients (%)", 2),
     "neighbor_precision": ("Neighbour precision", 3),
     "neighbor_recall": ("Neighbour recall", 3),
     "num_clusters": ("Clusters found", 1),

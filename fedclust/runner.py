@@ -199,7 +199,7 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     # attributes are deleted, not set to None: the round's result sets state.flat again)
     flat = state.flat
     if plan.start is not flat:
-        del state.flat
+        del state.flat, flat   # no name holds the held models while the start is copied
         flat = plan.start.clone(memory_format=torch.contiguous_format)
         del plan.start
     before = flat.clone() if algo.gathers_before else None

@@ -117,6 +117,12 @@ def test_each_bank_model_is_the_mean_of_itself_and_what_that_cluster_sent():
     assert torch.equal(merge_bank(bank, partners, labels, blocked), got)   # any column block, the same bits
     mine = bank.clone()
     assert merge_bank(mine, partners, labels, blocked, inplace=True) is mine and torch.equal(mine, got)
+    import fedclust.algorithms.cluster_models as cm
+    old_chunk, cm.MERGE_CHUNK = cm.MERGE_CHUNK, 2 * n   # two columns at a time: the same bits
+    try:
+        assert torch.equal(merge_bank(bank, partners, labels, view), got)
+    finally:
+        cm.MERGE_CHUNK = old_chunk
 
 
 def test_a_client_trains_its_model_of_lowest_loss():

@@ -432,3 +432,11 @@ def test_unequal_clusters_and_other_angles_are_their_own_setting_without_the_pap
     assert rows["panm_grad"][head.index(other) - 1] == "70.00"
     assert rows["panm_grad"][head.index("fmnist, rotation 4") - 1] == "80.00"   # never averaged together
     assert report.paper_numbers(report.setting(report.load_run(runs[1]))) == {}
+
+
+def test_the_worst_clusters_accuracy_is_a_metric(tmp_path, capsys):
+    runs = [write_run(tmp_path, f"r{seed}", summary("dac", seed, 80.0 + seed, worst_cluster_accuracy=60.0 + seed))
+            for seed in range(2)]
+    rc, out, _ = run_report(capsys, runs + ["--metrics", "final_accuracy,worst_cluster_accuracy"])
+    head, rows = md_table(out, "Accuracy of the worst cluster (%)")
+    assert rc == 0 and rows["dac"][1] == ms([60.0, 61.0])

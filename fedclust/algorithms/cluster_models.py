@@ -74,13 +74,17 @@ def bank_losses(ctx: Context, bank: torch.Tensor) -> torch.Tensor:
     return torch.stack([ctx.pair_loss(bank[:, k], local) for k in range(bank.shape[1])], dim=1)
 
 
+MERGE_CHUNK = 2**24   # numbers of a merge's temporary sums ([C, columns]) at once
+
+
 def merge_copies(bank: torch.Tensor, partners, labels: torch.Tensor, view, columns=None,
                  inplace: bool = False) -> torch.Tensor:
     """Each client's copy c (``bank [C, k, H]``) made the mean of itself and every copy received from a partner
     whose ``labels[j]`` is c: ``(bank[i, c] + Σ_{j ∈ partners_i, labels_j = c} w_j) / (1 + that count)``, a copy
     nobody sent unchanged.  ``w_j`` is partner j's gathered model (``view``, read a column block at a time) at
     the flat ``columns`` (``(start, stop)`` ranges in order, their widths summing to H; None: all P).  Each
-    column's sum is in partner order, so any block gives the same bits.  ``inplace``: into ``bank`` itself.
+    column's sum is in partner order, so any block (and any chunk of :data:`MERGE_CHUNK` numbers) gives the same
+    bits.  ``inplace``: into ``bank`` itself.
     DFCA's merge of whole models, Facade's of heads."""
     ranges = tuple(columns) if columns is not None else ((0, view.width),)
     bases, width = [], 0
@@ -98,16 +102,16 @@ def merge_copies(bank: torch.Tensor, partners, labels: torch.Tensor, view, colum
         count = sel.sum(1)
         if bool(count.any()):
             picks.append((c, idx[sel], count.cumsum(0) - count, count))
+    step = max(1, MERGE_CHUNK // max(bank.shape[0], 1))   # columns merged at once: a [C, step] temporary
     for start, stop, cols in view.blocks(("after",)):   # column blocks: one gather each
         models = cols["after"]
         for (a, b), base in zip(ranges, bases):
-            lo, hi = max(a, start), min(b, stop)
-            if lo >= hi:
-                continue
-            part = models if (lo, hi) == (start, stop) else models[:, lo - start:hi - start]
-            at = slice(base + lo - a, base + hi - a)
-            for c, bags, offsets, count in picks:
-                sums = torch.nn.functional.embedding_bag(bags, part, offsets, mode="sum")
-                out[:, c, at] = (bank[:, c, at] + sums) / (1 + count).to(bank.dtype)[:, None]
+            for lo in range(max(a, start), min(b, stop), step):
+                hi = min(lo + step, b, stop)
+                part = models[:, lo - start:hi - start]
+                at = slice(base + lo - a, base + hi - a)
+                for c, bags, offsets, count in picks:
+                    sums = torch.nn.functional.embedding_bag(bags, part, offsets, mode="sum")
+                    out[:, c, at] = sums.add_(bank[:, c, at]).div_((1 + count).to(bank.dtype)[:, None])
     return out
 

@@ -146,9 +146,9 @@ class Facade(PeerAlgorithm):
     def _width(self) -> int:
         return sum(b - a for a, b in self.columns)
 
-    def _models(self, core: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
-        """``[C, P]``: ``core`` with its head columns replaced by ``heads [C, H]``."""
-        out = core.clone()
+    def _models(self, core: torch.Tensor, heads: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        """``[C, P]``: ``core`` with its head columns replaced by ``heads [C, H]`` (``inplace``: in ``core``)."""
+        out = core if inplace else core.clone()
         at = 0
         for a, b in self.columns:
             out[:, a:b] = heads[:, at:at + b - a]
@@ -177,11 +177,12 @@ class Facade(PeerAlgorithm):
         if ctx.pair_loss is None:
             raise ValueError("facade needs ctx.pair_loss (the engine's loss of models on the clients' training sets)")
         local = torch.arange(C, device=models.device)
-        losses = torch.stack([ctx.pair_loss(self._models(models, state.heads[:, j]), local)
-                              for j in range(self.facade.heads)], dim=1)   # k passes of one [C, P] each
+        scratch = models.clone()   # one [C, P]: each head in turn, then the start
+        losses = torch.stack([ctx.pair_loss(self._models(scratch, state.heads[:, j], inplace=True), local)
+                              for j in range(self.facade.heads)], dim=1)   # k passes
         choice = choose_heads(losses, ctx.seed, round_, ctx.client_ids)
         rows = torch.arange(C, device=models.device)
-        return state, RoundPlan(start=self._models(models, state.heads[rows, choice]), labels=choice)
+        return state, RoundPlan(start=self._models(scratch, state.heads[rows, choice], inplace=True), labels=choice)
 
     def select(self, state, ctx: Context, view: RoundView) -> tuple[FacadeState, PeerIndex]:
         """Every neighbour of the round's graph."""
@@ -210,7 +211,7 @@ class Facade(PeerAlgorithm):
         else:
             heads[rows, mine] = self._head_of(view.after).to(heads.dtype)   # the head it trained (step 2)
             heads = merge_copies(heads, neighbours, labels, view, self.columns, inplace=True)
-            models = self._models(models, heads[rows, mine])
+            models = self._models(models, heads[rows, mine], inplace=True)
         choice = mine
         if delivery is not None:   # a client offline did nothing: its heads and choice stay
             offline = ~delivery.own_online().to(ctx.device)
