@@ -275,6 +275,9 @@ def test_pair_losses_equals_per_model_evaluation(arch, shape, monkeypatch):
     assert torch.allclose(pair_losses(models, layout, arch, x, y, owner), want, atol=1e-10)
     with pytest.raises(ValueError, match="owner"):
         pair_losses(models, layout, arch, x, y, torch.full((7,), 4))
+    aligned = models[:4]                                  # model m on client m: the data sliced, not gathered
+    _, want = loop_metrics(module, layout, aligned, x, y)
+    assert torch.allclose(pair_losses(aligned, layout, arch, x, y, torch.arange(4)), want, atol=1e-10)
 
 
 @pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("logreg", (60,)), ("cnn", SMALL_CNN)])

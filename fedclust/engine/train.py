@@ -635,9 +635,12 @@ def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs
     counts = _check_counts(counts, x.shape[0], n, x.device)
     rows, chunk = eval_chunk_sizes(arch, x, m, n)
     out = torch.empty(m, dtype=models.dtype, device=models.device)
+    # model m on client m (a bank's or a cluster's models scored by every client): slices, no copy of the data
+    aligned = m == x.shape[0] and bool(torch.equal(owner, torch.arange(m, device=owner.device)))
     for m0 in range(0, m, rows):
         own = owner[m0:m0 + rows]
         part = None if counts is None else counts[own]
-        _, loss_sum = _loss_sums(models[m0:m0 + rows], layout, arch, x[own], y[own], chunk, part)
+        xs, ys = (x[m0:m0 + rows], y[m0:m0 + rows]) if aligned else (x[own], y[own])
+        _, loss_sum = _loss_sums(models[m0:m0 + rows], layout, arch, xs, ys, chunk, part)
         out[m0:m0 + rows] = loss_sum / (n if part is None else part.to(models.dtype))
     return out
