@@ -39,7 +39,7 @@ from fedclust.engine.functional import Arch
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.pool import pool_losses
 from fedclust.engine.precision import apply_precision
-from fedclust.engine.train import TrainSettings, pair_losses, train_round
+from fedclust.engine.train import TrainSettings, pair_losses, sample_losses, train_round
 from fedclust.errors import DivergenceError
 from fedclust.evaluation import evaluate_round, summarize
 from fedclust.exchange import exchange, plan_labels
@@ -142,12 +142,15 @@ def build(cfg: Config, fabric) -> Setup:
     def pool_loss(models, peers):
         return pool_losses(models, layout, arch, data.train_x, data.train_y, peers, counts=data.train_counts)
 
+    def sample_loss(models):
+        return sample_losses(models, layout, arch, data.train_x, data.train_y, counts=data.train_counts)
+
     comm = Collectives(rank, world, cfg.collective_timeout)
     network = Network(cfg.network, n, cfg.seed)   # each round's graph and who is online, the same on every rank
     clusters = None if data.clusters is None else data.clusters.to(device)   # None: the data gives no truth
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, pair_loss=pair_loss,
-                  pool_loss=pool_loss, all_reduce=comm.all_reduce,
+                  pool_loss=pool_loss, sample_loss=sample_loss, all_reduce=comm.all_reduce,
                   reach=lambda t: network.reach(t, client_ids, device), graph=network.graph, online=network.online,
                   delivery=lambda t: network.delivery(t, client_ids),
                   personal=personal_columns(cfg, algo, layout))
@@ -204,16 +207,25 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
         del plan.start
     before = flat.clone() if algo.gathers_before else None
     counts = data.train_counts   # None: every client holds the full width
-    # drawn where they are used (the hash and a stable sort give the same orders on any device)
+    subset = None
+    if plan.samples is not None:   # each client's examples of the round first; it trains on those alone
+        subset = training_subset(plan.samples, counts)
+        counts = subset[2].clamp_min(1)   # a client with none must not train (checked below)
     if plan.phases is not None:   # training in phases (DePRL's head, then body): their epochs in all
         settings = dataclasses.replace(settings, epochs=sum(e for e, _ in plan.phases))
+    # drawn where they are used (the hash and a stable sort give the same orders on any device)
     orders = rng.batch_orders(cfg.seed, t, ctx.client_ids, settings.epochs, data.train_x.shape[1], counts)
     trains = plan.trains   # None: everyone; else only the round's participants train (the others' loss is NaN)
     if online is not None:   # an offline client does not train
         trains = online if trains is None else trains & online
+    if subset is not None:
+        mine = torch.ones(len(ctx.client_ids), dtype=torch.bool) if trains is None else trains.cpu()[ctx.own_rows]
+        if bool((mine & (subset[2].cpu() == 0)).any()):
+            raise ValueError(f"{algo.name}: round {t}'s plan gives a client that trains no training example "
+                             "(RoundPlan.samples); give it at least one, or leave it out of RoundPlan.trains")
     sending = _attacking(setup, trains)   # this rank's attackers training this round: [rows], or None
     start = flat[sending].clone() if sending is not None else None
-    train_loss = _train(setup, flat, orders, settings, plan, trains, setup.network.stragglers(t))
+    train_loss = _train(setup, flat, orders, settings, plan, trains, setup.network.stragglers(t), subset)
     if sending is not None and start is not None:   # they send poison instead of what they trained
         poison_(flat, start, sending, ctx.client_ids[sending.to(ctx.client_ids.device)], cfg.attack, cfg.seed, t)
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
@@ -281,16 +293,33 @@ def _attacking(setup: Setup, trains: torch.Tensor | None) -> torch.Tensor | None
     return rows.to(setup.device) if len(rows) else None
 
 
+def training_subset(samples: torch.Tensor, counts: torch.Tensor | None):
+    """``(order [C, N], rows [C, 1], counts [C])`` of a round's ``samples`` (bool ``[C, N]``, each client's examples
+    to train on, kept to its ``counts`` where given): each client's chosen examples first, in index order, then the
+    rest; ``x[rows, order]`` is its data as a client of ``counts[c]`` examples."""
+    C, N = samples.shape
+    keep = samples.to(torch.bool)
+    if counts is not None:
+        keep = keep & (torch.arange(N, device=keep.device)[None, :] < counts.to(keep.device)[:, None])
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)
+    return order, torch.arange(C, device=order.device)[:, None], keep.sum(1)
+
+
 def _train(setup: Setup, flat: torch.Tensor, orders: torch.Tensor, settings: TrainSettings, plan: RoundPlan,
-           trains: torch.Tensor | None, slow: torch.Tensor | None) -> torch.Tensor:
+           trains: torch.Tensor | None, slow: torch.Tensor | None, subset=None) -> torch.Tensor:
     """The round's local training of this rank's clients, in place on ``flat``: ``trains`` (bool [n], None:
     all) train, the stragglers among them (``slow``, bool [n]) for ``network.straggler_work`` of their steps.
     Returns each client's mean training loss (NaN: it did not train)."""
     data, ids = setup.data, setup.ctx.client_ids.cpu()
+    x, y, counts = data.train_x, data.train_y, data.train_counts
+    if subset is not None:   # the round's examples of each client first (a copy of the data, [C, N, ...])
+        order, rows, counts = subset
+        x, y = x[rows.to(x.device), order.to(x.device)], y.to(order.device)[rows, order]
+        counts = counts.clamp_min(1)   # a client with none does not train; its count only pads
 
     def run(step_settings: TrainSettings, mask: torch.Tensor | None) -> torch.Tensor:
-        return train_round(flat, setup.layout, setup.arch, data.train_x, data.train_y, orders, step_settings,
-                           anchor=plan.anchor, mu=plan.mu, counts=data.train_counts, prox_layers=plan.prox_layers,
+        return train_round(flat, setup.layout, setup.arch, x, y, orders, step_settings,
+                           anchor=plan.anchor, mu=plan.mu, counts=counts, prox_layers=plan.prox_layers,
                            train=None if mask is None else mask.cpu()[ids], phases=plan.phases)
 
     if slow is None:

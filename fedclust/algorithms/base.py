@@ -80,6 +80,9 @@ class Context:
     # the same losses grouped by client (faster): (models [M, P], peers [C, m] indices
     # into models) -> [C, m], row c on this rank's client c's training set
     pool_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # the loss of each own client's model on each of its training examples: models [C, P] -> [C, N], +inf at a
+    # padding position (fedclust.engine.train.sample_losses)
+    sample_loss: Callable[[torch.Tensor], torch.Tensor] | None = None
     # every rank's tensor summed into it, in place, through the run's collective wrapper (a failed or stuck
     # collective becomes "rank X, round t" error); returns it.  One process: the tensor as it is.
     all_reduce: Callable[[torch.Tensor], torch.Tensor] = lambda x: x
@@ -201,6 +204,10 @@ class RoundPlan:
     # (fedclust.engine.train.train_round); the round trains the phases' epochs in all.  None: train.local_epochs
     # epochs of every tensor
     phases: tuple[tuple[int, tuple[str, ...]], ...] | None = None
+    # bool [C, N]: the training examples each own client trains on this round (FedSPD's examples of one cluster);
+    # the round trains on those alone, shuffled as a client of that many examples; a client with none does not
+    # train.  None: all its examples
+    samples: torch.Tensor | None = None
 
 
 @dataclass

@@ -28,6 +28,7 @@ clients, and no host synchronisation in the step loop.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
@@ -592,6 +593,33 @@ def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.T
         ce = F.cross_entropy(logits.reshape(m * b, k), yb.reshape(m * b), reduction="none").view(m, b)
         loss += (ce * real).sum(1)
     return correct, loss
+
+
+@torch.no_grad()
+def sample_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, y: torch.Tensor,
+                  counts: torch.Tensor | None = None) -> torch.Tensor:
+    """``[C, N]``: the cross-entropy of model c on each of client c's examples (x [C, N, ...], y [C, N]); +inf at a
+    padding position (beyond ``counts[c]``).  Clients and examples in chunks sized from memory (FedSpd's
+    assignment of each example to the model that fits it best)."""
+    _check_data(models, layout, x, y)
+    c, n = y.shape
+    counts = _check_counts(counts, c, n, x.device)
+    y = y.to(x.device)
+    forward = batched_forward_fn(arch)
+    rows, chunk = eval_chunk_sizes(arch, x, c, n)
+    out = torch.empty(c, n, dtype=models.dtype, device=models.device)
+    for c0 in range(0, c, rows):
+        c1 = min(c, c0 + rows)
+        params = layout.views(models[c0:c1])
+        for s0 in range(0, n, chunk):
+            logits = forward(params, x[c0:c1, s0:s0 + chunk])
+            m, b, k = logits.shape
+            yb = y[c0:c1, s0:s0 + chunk]
+            out[c0:c1, s0:s0 + b] = F.cross_entropy(logits.reshape(m * b, k), yb.reshape(m * b),
+                                                    reduction="none").view(m, b).to(out.dtype)
+    if counts is not None:
+        out.masked_fill_(torch.arange(n, device=out.device)[None, :] >= counts[:, None].to(out.device), math.inf)
+    return out
 
 
 def evaluate(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, y: torch.Tensor,
