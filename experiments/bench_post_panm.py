@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-METHODS = ["random", "epidemic", "dac", "deprl", "dfca", "facade"]
+METHODS = ["random", "epidemic", "dac", "deprl", "dfca", "facade", "fedspd"]
 CLIENTS = [100, 200, 2000]
 
 

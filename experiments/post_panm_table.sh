@@ -26,7 +26,7 @@ export OUT THREADS EXTRA FEDCLUST
 
 SEED_METHODS=(local random fixtopology oracle pens panm_loss panm_grad fedavg fedprox ifca cfl fedgroup fedgrouprox
               fpfc)
-NEW_METHODS=(dac deprl facade epidemic dfca)   # fedspd joins when it lands
+NEW_METHODS=(dac deprl facade epidemic dfca fedspd)
 
 run_one() {   # SETTING CONFIG SEED METHOD [KEY=VALUE ...]
   local setting=$1 config=$2 s=$3 method=$4; shift 4
@@ -41,7 +41,7 @@ export -f run_one
 
 lines() {   # SETTING CONFIG "SEEDS" CLUSTERS
   local setting=$1 config=$2 seeds=$3 c=$4
-  local per="ifca.clusters=$c dfca.clusters=$c facade.heads=$c fedgroup.groups=$c"
+  local per="ifca.clusters=$c dfca.clusters=$c facade.heads=$c fedspd.clusters=$c fedgroup.groups=$c"
   for s in $seeds; do for m in "${SEED_METHODS[@]}" "${NEW_METHODS[@]}"; do
     echo "$setting $config $s $m $per"
   done; done

@@ -151,6 +151,9 @@ def build(cfg: Config, fabric) -> Setup:
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, pair_loss=pair_loss,
                   pool_loss=pool_loss, sample_loss=sample_loss, all_reduce=comm.all_reduce,
+                  train_examples=(data.train_counts if data.train_counts is not None else
+                                  torch.full((len(client_ids),), data.train_x.shape[1])).to(torch.int64).cpu(),
+                  train_width=int(data.train_x.shape[1]),
                   reach=lambda t: network.reach(t, client_ids, device), graph=network.graph, online=network.online,
                   delivery=lambda t: network.delivery(t, client_ids),
                   personal=personal_columns(cfg, algo, layout))

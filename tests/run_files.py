@@ -52,6 +52,7 @@ FAULT_RUNS = [
              "network.p_drop=0.3")),
     ("facade", ("network.graph=regular", "network.degree=3", "network.p_offline=0.3", "network.p_drop=0.3",
                 "exchange_mb=0.1")),
+    ("fedspd", ("network.graph=regular", "network.degree=3", "network.p_offline=0.3", "network.p_drop=0.3")),
     ("dfca", ("network.graph=regular", "network.degree=3", "network.p_offline=0.3", "network.p_drop=0.3",
               "exchange_mb=0.1", "dfca.init=local", "attack.fraction=0.25", "attack.kind=sign_flip")),
 ]

@@ -197,6 +197,12 @@ OUT_OF_RANGE = {
     "facade.head": ("[fc9]", ["algorithm.name=facade", "model=mlp"]),
     "facade.warmup": ("-1", ["algorithm.name=facade", "model=mlp"]),
     "facade.degree": ("3", ["algorithm.name=facade", "model=mlp", "clients=9"]),   # 9 x 3 is odd: no such graph
+    "fedspd.clusters": ("0", ["algorithm.name=fedspd"]),
+    "fedspd.first_epochs": ("0", ["algorithm.name=fedspd"]),
+    "fedspd.share": ("1.5", ["algorithm.name=fedspd"]),
+    "fedspd.finetune_rounds": ("-1", ["algorithm.name=fedspd"]),
+    "fedspd.min_examples": ("0", ["algorithm.name=fedspd"]),
+    "fedspd.degree": ("3", ["algorithm.name=fedspd", "clients=9"]),   # 9 x 3 is odd: no such graph
     "dfca.clusters": ("9", ["algorithm.name=dfca"]),         # more models than 8 clients
     "dfca.partners": ("1", ["algorithm.name=dfca"]),         # a client draws 1 .. λ-1 partners: λ >= 2
     "dfca.init": ("shared", ["algorithm.name=dfca"]),

@@ -98,7 +98,7 @@ def test_every_registered_algorithm_conforms(name):
     ctx = Context(n=n, client_ids=ids, clusters=torch.arange(n) % 2, seed=1, stage1_rounds=cfg.stage1_rounds,
                   w0=torch.randn(P, generator=torch.Generator().manual_seed(0)), device=torch.device("cpu"),
                   pair_loss=lambda m, o: m.pow(2).mean(1), pool_loss=lambda m, p: m[p].pow(2).mean(-1))
-    if name in ("ifca", "dfca"):   # their further cluster models come from the model's init: one of P params
+    if name in ("ifca", "dfca", "fedspd"):   # further cluster models from the model's init: one of P params
         algo.init_model = lambda seed: torch.randn(P, generator=torch.Generator().manual_seed(seed))
     state = algo.init(ctx)
     saved = algo.state_dict(state)

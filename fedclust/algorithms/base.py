@@ -83,6 +83,10 @@ class Context:
     # the loss of each own client's model on each of its training examples: models [C, P] -> [C, N], +inf at a
     # padding position (fedclust.engine.train.sample_losses)
     sample_loss: Callable[[torch.Tensor], torch.Tensor] | None = None
+    # [C] int64: the training examples each own client holds, and the width N of the training data's rows
+    # ([C, N, ...], padding beyond a client's examples); None / 0 where not given
+    train_examples: torch.Tensor | None = None
+    train_width: int = 0
     # every rank's tensor summed into it, in place, through the run's collective wrapper (a failed or stuck
     # collective becomes "rank X, round t" error); returns it.  One process: the tensor as it is.
     all_reduce: Callable[[torch.Tensor], torch.Tensor] = lambda x: x

@@ -22,7 +22,7 @@ GOLDEN_OVERRIDES = [
     "data.name=synthetic", "model=mlp", "data.train_size=40", "data.test_size=20", "data.num_clusters=2",
     "clients=8", "rounds=8", "stage1_rounds=4", "algorithm.k=2", "algorithm.l=3", "seed=3",
     "ifca.restart_rounds=2", "cfl.warmup=2", "fedgroup.pretrain_scale=2", "facade.warmup=3", "progress=false",
-    "figures=false",
+    "figures=false", "fedspd.finetune_rounds=2",
 ]
 WALL_TIME_KEYS = ("round_seconds", "wall_seconds", "mean_round_seconds", "process_seconds", "starts")
 
