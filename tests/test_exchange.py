@@ -126,7 +126,7 @@ def test_a_budget_below_one_column_is_refused(monkeypatch):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["random", "panm_grad", "fedavg", "ifca"])
+@pytest.mark.parametrize("name", ["panm_grad", "fedavg", "ifca"])   # random: with blocks under faults, test_network
 def test_runs_with_blocks_are_identical_on_one_and_two_processes_and_match_runs_without(tmp_path, name):
     from run_files import results
     from test_resume import assert_same_run, killed_run, launch, overrides, sub_run

@@ -112,11 +112,11 @@ def _without_times(records):
     return [{k: v for k, v in r.items() if k != "round_seconds"} for r in records]
 
 
-@pytest.mark.parametrize("algorithm", ["panm_grad", "panm_loss"])
+@pytest.mark.parametrize("algorithm", ["panm_grad"])
 def test_one_and_two_processes_agree(tmp_path, algorithm):
     """9 clients over 2 ranks (5 + 4), every process on one thread: every number and neighbour list identical
-    (docs/what-it-does.md's claim; tests/test_plugins.py and tests/test_resume.py check it for every algorithm on 8
-    clients)."""
+    (docs/what-it-does.md's claim; tests/test_plugins.py, tests/test_resume.py and tests/test_network.py check it
+    for every algorithm on 8 clients, PANMLoss under faults)."""
     import numpy as np
 
     one = _torchrun(tmp_path, 1, "p1", algorithm=algorithm)
