@@ -111,9 +111,9 @@ def test_auto_engine_batches_dense_models_and_loops_convolutions_on_a_cpu():
 
 
 def test_a_model_vmap_cannot_batch_falls_back_to_the_loop_or_is_refused_when_batched_is_asked():
-    spec = f"{MODELS}:RandomInForward"
+    spec = f"{MODELS}:DataDependent"
     net, why = make_net(spec, SHAPE, CLASSES, "auto", "cpu")
-    assert net.engine == "loop" and "torch.func.vmap cannot batch it" in why and "random" in why.lower()
+    assert net.engine == "loop" and "torch.func.vmap cannot batch it" in why
     with pytest.raises(ConfigError) as e:
         make_net(spec, SHAPE, CLASSES, "batched", "cpu")
     assert e.value.field == "engine" and "engine=loop" in str(e.value)
@@ -122,6 +122,10 @@ def test_a_model_vmap_cannot_batch_falls_back_to_the_loop_or_is_refused_when_bat
 @pytest.mark.parametrize("name, words", [
     ("WithBatchNorm", ["'bn' (BatchNorm1d)", "running statistics", "nn.GroupNorm"]),
     ("WithDropout", ["'drop' (Dropout)", "(seed, round, client)", "p=0"]),
+    ("BatchStatistics", ["'bn' (BatchNorm1d, track_running_stats=False)", "that batch's own statistics",
+                         "nn.GroupNorm"]),
+    ("FunctionalDropout", ["draws random numbers", "(seed, round, client)", "dropout p=0"]),
+    ("RandomInForward", ["draws random numbers"]),
     ("WrongOutput", ["logits [batch, 4]", "got (2, 3)"]),
     ("not_a_module", ["must return a torch.nn.Module, got str"]),
     ("NoSuchName", ["has no callable 'NoSuchName'", "SmallConvGN"]),

@@ -79,6 +79,7 @@ def build_user(spec: str, input_shape: tuple[int, ...], num_classes: int) -> nn.
 _REFUSED = (
     (nn.modules.batchnorm._BatchNorm, "keeps running statistics that every client would have to hold and update "
      "itself", "nn.GroupNorm(groups, channels) or nn.LayerNorm"),
+    # track_running_stats=False (checked below): no statistics kept, but each batch normalized by its own
     (nn.modules.dropout._DropoutNd, "draws random masks that would not be keyed on (seed, round, client), so "
      "runs could not be repeated or resumed exactly", "p=0, or leave it out"),
 )
@@ -90,6 +91,12 @@ def check_module(spec: str, module: nn.Module, input_shape: tuple[int, ...], num
     parameters, a forward that changes a buffer, or one that does not map
     a batch of ``input_shape`` to ``[batch, num_classes]`` logits."""
     for path, sub in module.named_modules():
+        if isinstance(sub, nn.modules.batchnorm._BatchNorm) and not sub.track_running_stats:
+            raise ConfigError("model", spec, f"its module '{path or 'model'}' ({type(sub).__name__}, "
+                              "track_running_stats=False) normalizes each batch by that batch's own statistics, so "
+                              "a client's outputs would depend on which of its examples share a batch (evaluation "
+                              "and losses go in chunks sized from memory); use nn.GroupNorm(groups, channels) or "
+                              "nn.LayerNorm")
         for types, why, instead in _REFUSED:
             if isinstance(sub, types) and not (isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p == 0):
                 raise ConfigError("model", spec, f"its module '{path or 'model'}' ({type(sub).__name__}) {why}; "
@@ -120,6 +127,14 @@ def check_module(spec: str, module: nn.Module, input_shape: tuple[int, ...], num
         if not torch.equal(before[n], b):
             raise ConfigError("model", spec, f"its forward changes buffer '{n}': fedclust gives every client the "
                               "same buffers and keeps only parameters per client; compute it in forward instead")
+    probe = torch.randn((2,) + tuple(input_shape), generator=torch.Generator().manual_seed(0))
+    module.train()
+    with torch.no_grad():
+        again = [module(probe) for _ in range(2)]
+    if not torch.equal(again[0], again[1]):
+        raise ConfigError("model", spec, "its forward draws random numbers (two calls on the same inputs give "
+                          "different outputs: F.dropout, noise), which would not be keyed on (seed, round, client), "
+                          "so runs could not be repeated or resumed exactly; remove them (dropout p=0)")
 
 
 def auto_engine(module: nn.Module, device: str) -> tuple[str, str]:

@@ -76,5 +76,28 @@ class RandomInForward(TabularNet):
         return super().forward(x + 0.01 * torch.randn_like(x))
 
 
+class BatchStatistics(WithBatchNorm):
+    """BatchNorm without running statistics: each batch normalized by its own."""
+
+    def __init__(self, input_shape, num_classes):
+        super().__init__(input_shape, num_classes)
+        self.bn = nn.BatchNorm1d(16, track_running_stats=False)
+
+
+class FunctionalDropout(TabularNet):
+    """Dropout through the functional form, with no Dropout module to see."""
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(super().forward(x), 0.5, self.training)
+
+
+class DataDependent(TabularNet):
+    """Python control flow on a tensor's value: vmap cannot batch it; deterministic."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        return out * 2 if float(out.sum()) > 1e9 else out
+
+
 def not_a_module(input_shape, num_classes):
     return "a string"
