@@ -192,6 +192,7 @@ def _natural(train_owner, test_owner, cluster=None, dim=3, seed=0, classes=3):
            "y_test": r.integers(0, classes, len(test_owner)),
            "client_train": np.asarray(train_owner), "client_test": np.asarray(test_owner)}
     out["y_train"][0], out["y_test"][0] = classes - 1, 0
+    out["y_train"][:classes] = np.arange(classes)[:len(train_owner)][::-1]   # every label occurs
     if cluster is not None:
         out["cluster"] = np.asarray(cluster)
     return out
@@ -315,6 +316,10 @@ BAD = [
      ["NaN or inf values in 2 example(s)", "row 1"]),
     (_edit(x_test=np.ones((4, 2))), ["x_test's [2]"]),
     (_edit(x_train=np.array(["a", "b", "c", "d"])), ["dtype <U1"]),
+    # labels from 1 (or with gaps) would add outputs no example has
+    (_edit(y_train=np.array([1, 2, 3, 1]), y_test=np.array([3, 1, 2, 2])), ["labels [0] of 0..3 occur in neither",
+                                                                            "renumber the labels", "num_classes"]),
+    (_edit(y_train=np.array(["cat", "dog", "cat", "dog"])), ["not integers", "numpy.unique"]),
 ]
 
 

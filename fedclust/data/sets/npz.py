@@ -160,8 +160,11 @@ def check_arrays(path: str, arrays: dict) -> Arrays:
             raise _bad(path, f"array 'x_{split}' has shape {list(x.shape)}",
                        "it needs one example per row and at least one row: [N, *input_shape]")
         if y.dtype.kind not in "iu":
-            raise _bad(path, f"array 'y_{split}' has dtype {y.dtype}, not integers",
-                       f"labels must be integers 0..K-1 (y_{split}.astype(numpy.int64) if they are whole numbers)")
+            fix = ("labels must be integers 0..K-1: renumber them with y_train, y_test = numpy.unique("
+                   "numpy.concatenate([y_train, y_test]), return_inverse=True)[1] split back at len(y_train)"
+                   if y.dtype.kind in "USOb" else
+                   f"labels must be integers 0..K-1 (y_{split}.astype(numpy.int64) if they are whole numbers)")
+            raise _bad(path, f"array 'y_{split}' has dtype {y.dtype}, not integers", fix)
         if y.ndim != 1 or len(y) != len(x):
             raise _bad(path, f"array 'y_{split}' has shape {list(y.shape)} but x_{split} has {len(x)} rows",
                        f"give one label per example: y_{split} of shape [{len(x)}]")
@@ -194,6 +197,15 @@ def check_arrays(path: str, arrays: dict) -> Arrays:
         k = top + 1
         if k < 2:
             raise _bad(path, "every label is 0", "a classifier needs at least 2 classes")
+        seen = torch.zeros(k, dtype=torch.bool)
+        seen[ys["train"]] = True
+        seen[ys["test"]] = True
+        if not bool(seen.all()):   # labels from 1, or with gaps: outputs no example has
+            missing = (~seen).nonzero().flatten().tolist()
+            raise _bad(path, f"labels {missing[:10]}{' ...' if len(missing) > 10 else ''} of 0..{k - 1} occur in "
+                       f"neither split, so the model would get {len(missing)} output(s) that no example has",
+                       "renumber the labels 0..K-1 (numpy.unique(labels, return_inverse=True)[1]), or give "
+                       f"num_classes (an integer >= {k}) to keep them on purpose")
     client_train = client_test = cluster = None
     given = [a for a in CLIENT_ARRAYS if a in arrays]
     if given and len(given) < 2:
