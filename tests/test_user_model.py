@@ -122,7 +122,7 @@ def test_a_model_vmap_cannot_batch_falls_back_to_the_loop_or_is_refused_when_bat
 @pytest.mark.parametrize("name, words", [
     ("WithBatchNorm", ["'bn' (BatchNorm1d)", "running statistics", "nn.GroupNorm"]),
     ("WithDropout", ["'drop' (Dropout)", "(seed, round, client)", "p=0"]),
-    ("BatchStatistics", ["'bn' (BatchNorm1d, track_running_stats=False)", "that batch's own statistics",
+    ("BatchStatistics", ["'bn' (BatchNorm1d with track_running_stats off)", "that batch's own statistics",
                          "nn.GroupNorm"]),
     ("FunctionalDropout", ["draws random numbers", "(seed, round, client)", "dropout p=0"]),
     ("RandomInForward", ["draws random numbers"]),

@@ -92,8 +92,8 @@ def check_module(spec: str, module: nn.Module, input_shape: tuple[int, ...], num
     a batch of ``input_shape`` to ``[batch, num_classes]`` logits."""
     for path, sub in module.named_modules():
         if isinstance(sub, nn.modules.batchnorm._BatchNorm) and not sub.track_running_stats:
-            raise ConfigError("model", spec, f"its module '{path or 'model'}' ({type(sub).__name__}, "
-                              "track_running_stats=False) normalizes each batch by that batch's own statistics, so "
+            raise ConfigError("model", spec, f"its module '{path or 'model'}' ({type(sub).__name__} with "
+                              "track_running_stats off) normalizes each batch by that batch's own statistics, so "
                               "a client's outputs would depend on which of its examples share a batch (evaluation "
                               "and losses go in chunks sized from memory); use nn.GroupNorm(groups, channels) or "
                               "nn.LayerNorm")
