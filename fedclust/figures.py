@@ -171,19 +171,28 @@ def circle_layout(clusters: np.ndarray) -> np.ndarray:
     return np.stack([np.cos(angle), np.sin(angle)], axis=1)
 
 
-def neighbor_graph(lists: np.ndarray, clusters: np.ndarray, path: Path, title: str):
-    """``lists``: ``[n, m]`` index lists, or a bool ``[n, n]`` adjacency of older runs."""
+def neighbor_graph_title(title: str, same: np.ndarray, known: bool) -> str:
+    """The neighbour graph's title: how many list entries point into another true cluster, or, where the data
+    gives no true clusters, that nothing can be said of it."""
+    if not known:
+        return f"{title}\ntrue clusters unknown (the data gives none):\n{len(same)} list entries, none judged"
+    return (f"{title}\ncolour: true cluster; red: a neighbour in another\ncluster "
+            f"({int((~same).sum())} of {len(same)} list entries)")
+
+
+def neighbor_graph(lists: np.ndarray, clusters: np.ndarray, path: Path, title: str, known: bool = True):
+    """``lists``: ``[n, m]`` index lists, or a bool ``[n, n]`` adjacency of older runs; ``known``: the clusters
+    are the data's true ones (else one colour, no edge called wrong)."""
     xy = circle_layout(clusters)
     ii, jj = list_edges(lists)
-    same = clusters[ii] == clusters[jj]
+    same = clusters[ii] == clusters[jj] if known else np.ones(len(ii), dtype=bool)
     with print_style():
         fig = new_figure(WIDTH, 3.5)
         ax = fig.subplots()
         for i, j, s in zip(ii, jj, same):
             ax.plot(xy[[i, j], 0], xy[[i, j], 1], color="0.6" if s else "red", lw=0.4, alpha=0.5, zorder=1)
         ax.scatter(xy[:, 0], xy[:, 1], c=clusters, cmap="tab10", s=12, zorder=2, vmin=0, vmax=9)
-        ax.set_title(f"{title}\ncolour: true cluster; red: a neighbour in another\ncluster "
-                     f"({int((~same).sum())} of {len(same)} list entries)")
+        ax.set_title(neighbor_graph_title(title, same, known))
         ax.set_axis_off()
         ax.set_aspect("equal")
         return _save(fig, path)
@@ -278,7 +287,7 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg, records: list[dic
         written.append("similarity_hist.png")
     if "final_lists" in arrays and len(list_edges(arrays["final_lists"])[0]):
         neighbor_graph(arrays["final_lists"], clusters, fig_dir / "neighbor_graph.png",
-                       f"{name}: neighbour lists, round {summary['rounds_completed']}")
+                       f"{name}: neighbour lists, round {summary['rounds_completed']}", known)
         written.append("neighbor_graph.png")
     stage1 = [x for x in records if x.get("stage") == 1 and _number(x.get("neighbor_precision")) is not None]
     if stage1 and registry.get(cfg.algorithm.name).stage_one_figures:

@@ -210,3 +210,16 @@ def test_stage_one_heatmap_from_count_lists_and_from_the_older_table(tmp_path, c
     shown = ax.get_images()[0].get_array()
     assert shown.shape == (1000, 1000) and shown[0, 833] == 4 and shown.sum() == 4   # blocks of 3 clients
     assert ax.get_xlabel() == "peer j (blocks of 3)"
+
+
+def test_the_neighbour_graph_judges_list_entries_only_against_true_clusters(tmp_path):
+    lists = np.array([[1, 2], [0, 3], [3, -1], [2, 0]])
+    clusters = np.array([0, 0, 1, 1])
+    fig = figures.neighbor_graph(lists, clusters, tmp_path / "g.png", "t")
+    title = fig.axes[0].get_title()
+    assert "red: a neighbour in another" in title and "(3 of 7 list entries)" in title
+    fig = figures.neighbor_graph(lists, np.zeros(4, dtype=np.int64), tmp_path / "h.png", "t", known=False)
+    title = fig.axes[0].get_title()
+    assert "true clusters unknown" in title and "7 list entries, none judged" in title and "red" not in title
+    reds = [line for line in fig.axes[0].get_lines() if line.get_color() == "red"]
+    assert not reds
