@@ -123,14 +123,14 @@ def mark_stage_two(ax, stage1_rounds: int | None, last_round: int | None = None,
 
 # ---------------------------------------------------------------- the figures
 
-def heatmap(counts: np.ndarray, path: Path, title: str, block: int = 1):
+def heatmap(counts: np.ndarray, path: Path, title: str, block: int = 1, by_cluster: bool = False):
     """counts[i, j]: how often client i averaged with peer j (summed over blocks of ``block`` clients a side);
-    colour bar ticked at whole counts."""
+    colour bar ticked at whole counts; ``by_cluster``: the clients are in the order of their true clusters."""
     with print_style():
         fig = new_figure(WIDTH, 2.9)
         ax = fig.subplots()
         im = ax.imshow(counts, cmap="viridis", interpolation="nearest", vmin=0)
-        per = "" if block == 1 else f" (blocks of {block})"
+        per = ("" if block == 1 else f" (blocks of {block})") + (", by true cluster" if by_cluster else "")
         ax.set_xlabel("peer j" + per)
         ax.set_ylabel("client i" + per)
         integer_ticks(ax.xaxis)
@@ -274,12 +274,22 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg, records: list[dic
     known = "clusters" in arrays   # absent: the data gives no true clusters
     clusters = arrays["clusters"] if known else np.zeros(cfg.clients, dtype=np.int64)   # one colour in the graph
     table: np.ndarray | None   # None: no stage-one counts kept
+    # clients in the order of their true clusters, so that clusters that are not contiguous ids show as blocks
+    order = np.argsort(clusters, kind="stable")
+    by_cluster = known and bool((np.diff(clusters) < 0).any())
+    rank = np.argsort(order, kind="stable") if by_cluster else np.arange(len(clusters))
     if "stage1_peers" in arrays:   # count lists; runs before them kept the [n, n] table
-        table, block = count_table(arrays["stage1_peers"], arrays["stage1_counts"], cfg.clients)
+        peers = arrays["stage1_peers"]
+        if by_cluster:
+            peers = np.where(peers >= 0, rank[np.clip(peers, 0, None)], -1)[order]
+        counts = arrays["stage1_counts"][order] if by_cluster else arrays["stage1_counts"]
+        table, block = count_table(peers, counts, cfg.clients)
     else:
         table, block = (arrays["stage1_counts"] if "stage1_counts" in arrays else None), 1
+        if table is not None and by_cluster:
+            table = table[np.ix_(order, order)]
     if table is not None and table.any():
-        heatmap(table, fig_dir / "heatmap_stage1.png", f"{name}: aggregations in stage one", block)
+        heatmap(table, fig_dir / "heatmap_stage1.png", f"{name}: aggregations in stage one", block, by_cluster)
         written.append("heatmap_stage1.png")
     if known and "similarity_client0" in arrays and np.isfinite(arrays["similarity_client0"]).any():
         similarity_histogram(arrays["similarity_client0"], clusters, 0, fig_dir / "similarity_hist.png",

@@ -223,3 +223,23 @@ def test_the_neighbour_graph_judges_list_entries_only_against_true_clusters(tmp_
     assert "true clusters unknown" in title and "7 list entries, none judged" in title and "red" not in title
     reds = [line for line in fig.axes[0].get_lines() if line.get_color() == "red"]
     assert not reds
+
+
+def test_the_stage_one_heatmap_orders_clients_by_true_cluster(tmp_path, capture):
+    """Clusters 0, 1, 0, 1 by id: the heatmap shows clients 0, 2, 1, 3, so each cluster is a block."""
+    peers = np.array([[2, -1], [3, -1], [0, -1], [1, -1]], dtype=np.int32)
+    counts = np.array([[5, 0], [4, 0], [3, 0], [2, 0]], dtype=np.int32)
+    table = np.zeros((4, 4), dtype=np.int64)
+    for i in range(4):
+        table[i, peers[i, 0]] = counts[i, 0]
+    for name, arrays in (("lists", {"stage1_peers": peers, "stage1_counts": counts}),
+                         ("table", {"stage1_counts": table})):
+        run = tmp_path / name
+        run.mkdir()
+        np.savez(run / "neighbors.npz", clusters=np.array([0, 1, 0, 1]), **arrays)
+        figures.write_run_figures(run, {"algorithm": "random", "rounds_completed": 4}, cfg_of("random", clients=4),
+                                  records=[])
+        ax = capture["heatmap"].axes[0]
+        order = [0, 2, 1, 3]
+        assert np.array_equal(ax.get_images()[0].get_array(), table[np.ix_(order, order)]), name
+        assert ax.get_xlabel() == "peer j, by true cluster"
