@@ -302,11 +302,13 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg, records: list[dic
     stage1 = [x for x in records if x.get("stage") == 1 and _number(x.get("neighbor_precision")) is not None]
     if stage1 and registry.get(cfg.algorithm.name).stage_one_figures:
         theory = None
-        try:
-            a = cfg.clients // cfg.data.num_clusters
-            theory = cni_probabilities(cfg.clients, a, cfg.algorithm.l, cfg.algorithm.k, cfg.stage1_rounds)
-        except Exception:  # theory needs an even split etc.; the measured curve still stands alone
-            theory = None
+        sizes = np.bincount(clusters) if known else np.array([cfg.clients // cfg.data.num_clusters])
+        if len(set(sizes[sizes > 0].tolist())) == 1:   # Theorem 1 is for clusters of one size: else not drawn
+            try:
+                a = int(sizes[sizes > 0][0])
+                theory = cni_probabilities(cfg.clients, a, cfg.algorithm.l, cfg.algorithm.k, cfg.stage1_rounds)
+            except Exception:  # theory needs an even split etc.; the measured curve still stands alone
+                theory = None
         # the share of clients with all neighbours same-cluster where every stage-one record holds it
         share = [_number(x.get("neighbor_all_same_share")) for x in stage1]
         is_share = all(v is not None for v in share)

@@ -243,3 +243,11 @@ def test_the_stage_one_heatmap_orders_clients_by_true_cluster(tmp_path, capture)
         order = [0, 2, 1, 3]
         assert np.array_equal(ax.get_images()[0].get_array(), table[np.ix_(order, order)]), name
         assert ax.get_xlabel() == "peer j, by true cluster"
+
+
+def test_theorem_1_is_drawn_only_for_clusters_of_one_size(tmp_path, capture):
+    run = tmp_path / "run"
+    run.mkdir()
+    np.savez(run / "neighbors.npz", clusters=np.array([0, 0, 0, 0, 0, 0, 1, 1]))   # 6 and 2 clients
+    figures.write_run_figures(run, {"algorithm": "panm_grad", "rounds_completed": 4}, cfg_of(), records=records())
+    assert len(capture["cni_precision"].axes[0].get_lines()) == 1   # the measured curve alone
