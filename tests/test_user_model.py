@@ -98,6 +98,25 @@ def test_user_model_evaluation_and_peer_losses_match_one_module_per_model(spec):
             assert got[c, s].item() == pytest.approx(plain(flat[peers[c, s]], x[c], y[c])[1].item(), rel=1e-5)
 
 
+@pytest.mark.parametrize("engine", ["batched", "loop"])
+def test_evaluation_runs_a_user_module_in_eval_mode_and_training_in_train_mode(engine):
+    """model.eval() before inference, as any PyTorch user expects; the module is back in train mode after."""
+    spec = f"{MODELS}:ModeDependent"
+    net, _ = make_net(spec, SHAPE, CLASSES, engine, "cpu")
+    layout = ParamLayout.from_module(net.module)
+    flat = layout.flatten(net.module).repeat(3, 1)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(3, 5, *SHAPE, generator=gen), torch.randint(0, CLASSES, (3, 5), generator=gen)
+    model = build_model(spec, SHAPE, CLASSES)
+    layout.load_into(model, flat[0])
+    model.eval()
+    with torch.no_grad():
+        want = F.cross_entropy(model(x[0]), y[0])
+    _, loss = evaluate(flat, layout, net, x, y)
+    assert loss[0].item() == pytest.approx(want.item(), rel=1e-5)
+    assert net.module.training
+
+
 def test_auto_engine_batches_dense_models_and_loops_convolutions_on_a_cpu():
     net, why = make_net(DENSE, SHAPE, CLASSES, "auto", "cpu")
     assert net.engine == "batched" and "engine=batched" in why

@@ -17,7 +17,8 @@ backward of a dense net, and the forwards of a :class:`~fedclust.engine.net.Net`
 
 from __future__ import annotations
 
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +87,21 @@ def forward_fn(arch: Arch) -> Callable[[Params, torch.Tensor], torch.Tensor]:
     """Single-client functional forward of ``arch`` (a :class:`~fedclust.engine.net.Net` or a built-in's
     name), vmappable over clients."""
     return as_net(arch).forward
+
+
+@contextmanager
+def evaluating(arch: Arch) -> Iterator[None]:
+    """Within it, a module of the user's (a :class:`~fedclust.engine.module_net.ModuleNet`) is in eval mode, as
+    ``model.eval()`` before inference; back in train mode after.  Built-in models: nothing to switch."""
+    module = getattr(as_net(arch), "module", None)
+    if not isinstance(module, torch.nn.Module) or not module.training:
+        yield
+        return
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train()
 
 
 def batched_forward_fn(arch: Arch) -> Callable[[Params, torch.Tensor], torch.Tensor]:

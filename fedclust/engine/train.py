@@ -41,6 +41,7 @@ from fedclust.engine.functional import (
     activation_bytes,
     batched_forward_fn,
     dense_momentum_grads_,
+    evaluating,
     per_client_cross_entropy,
 )
 from fedclust.engine.layout import ParamLayout
@@ -575,7 +576,13 @@ def _loss_sums(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.T
                chunk: int, counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed correct predictions and summed cross-entropy of models[m] on
     x[m] [M, N, ...], y[m] (only its first counts[m] samples when given);
-    samples in chunks of ``chunk``."""
+    samples in chunks of ``chunk``; a module of the user's in eval mode."""
+    with evaluating(arch):
+        return _loss_sums_in(models, layout, arch, x, y, chunk, counts)
+
+
+def _loss_sums_in(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.Tensor, y: torch.Tensor,
+                  chunk: int, counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     forward = batched_forward_fn(arch)
     params = layout.views(models)
     correct = torch.zeros(models.shape[0], dtype=models.dtype, device=models.device)
@@ -612,7 +619,8 @@ def sample_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inpu
         c1 = min(c, c0 + rows)
         params = layout.views(models[c0:c1])
         for s0 in range(0, n, chunk):
-            logits = forward(params, x[c0:c1, s0:s0 + chunk])
+            with evaluating(arch):
+                logits = forward(params, x[c0:c1, s0:s0 + chunk])
             m, b, k = logits.shape
             yb = y[c0:c1, s0:s0 + chunk]
             out[c0:c1, s0:s0 + b] = F.cross_entropy(logits.reshape(m * b, k), yb.reshape(m * b),

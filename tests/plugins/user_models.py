@@ -99,5 +99,13 @@ class DataDependent(TabularNet):
         return out * 2 if float(out.sum()) > 1e9 else out
 
 
+class ModeDependent(TabularNet):
+    """Deterministic, but its output differs between train and eval mode (as a model with dropout would)."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        return out * 3 if self.training else out
+
+
 def not_a_module(input_shape, num_classes):
     return "a string"
