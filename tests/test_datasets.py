@@ -232,8 +232,9 @@ def test_npz_natural_config_errors(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(None, base + ["clients=6"])
     assert e.value.field == "clients" and "holds 4 clients" in str(e.value) and "set clients=4" in str(e.value)
+    assert load_config(None, base + ["clients=4"]).data.num_clusters == 3        # read from the file
     with pytest.raises(ConfigError) as e:
-        load_config(None, base + ["clients=4"])
+        load_config(None, base + ["clients=4", "data.num_clusters=4"])
     assert e.value.field == "data.num_clusters" and "data.num_clusters=3" in str(e.value)
     load_config(None, base + ["clients=4", "data.num_clusters=3"])
     nocl = _write(tmp_path, _natural([0, 1, 2, 3], [3, 2, 1, 0]), "nocl.npz")

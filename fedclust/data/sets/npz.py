@@ -298,11 +298,13 @@ class Npz(PoolDataSet):
         if num_clients != n:
             raise ConfigError("clients", num_clients, f"{a.source} holds {n} clients (ids 0..{n - 1} in client_train "
                               f"and client_test): set clients={n}")
-        if a.cluster is not None:
+        if a.cluster is not None:   # the file says how many: read from it, unless a different count is given
             k = int(a.cluster.max()) + 1
-            if cfg.num_clusters != k:
+            if cfg.num_clusters not in (k, DataConfig.num_clusters):
                 raise ConfigError("data.num_clusters", cfg.num_clusters,
-                                  f"{a.source}'s 'cluster' array gives clusters 0..{k - 1}: set data.num_clusters={k}")
+                                  f"{a.source}'s 'cluster' array gives clusters 0..{k - 1}: set data.num_clusters={k} "
+                                  "or leave it out (it is read from the file)")
+            cfg.num_clusters = k
 
     def load(self, cfg: DataConfig, num_clients: int, seed: int, ids: torch.Tensor,
              device: torch.device) -> FederatedData:
