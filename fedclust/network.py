@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import networkx as nx
@@ -98,6 +99,25 @@ def read_edge_list(path: str | Path, n: int) -> Any:
         raise ConfigError(field, str(path), f"is not connected: its {n} clients fall into {parts} parts{also}; a "
                           "client could never reach the others; add edges between the parts")
     return g
+
+
+def regular_graph(n: int, degree: int, seed: int, epoch: int, stream: str) -> Graph:
+    """A random ``degree``-regular graph of ``n`` clients drawn by networkx from (seed, epoch, stream) alone, taken
+    as drawn (not required to be connected): the graph a method draws for itself (Epidemic Learning's oracle,
+    DePRL's, Facade's and FedSPD's on the complete graph)."""
+    spec = SimpleNamespace(graph="regular", degree=degree, p_edge=0.0, rewire=0.0, path="")
+    g = make_graph(spec, n, seed, epoch, stream=stream, connected=False)
+    assert g is not None
+    return g
+
+
+def check_regular_degree(field: str, degree: int, n: int) -> None:
+    """Refuse (naming ``field``) a degree no random regular graph of ``n`` clients has."""
+    if not 1 <= degree < n:
+        raise ConfigError(field, degree, f"must lie in [1, clients - 1 = {n - 1}]")
+    if (n * degree) % 2:
+        raise ConfigError(field, degree, f"a {degree}-regular graph of {n} clients does not exist (clients x degree "
+                          "must be even); choose an even degree")
 
 
 def make_graph(net: Any, n: int, seed: int, epoch: int, stream: str = "graph",

@@ -23,7 +23,7 @@ import torch
 from fedclust.algorithms.aggregation import gossip_view, own, own_mask
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
-from fedclust.network import Delivery, Graph, Reach, delivered, within
+from fedclust.network import Delivery, Graph, Reach, delivered, regular_graph, within
 from fedclust.peers import PeerIndex, peer_counts
 from fedclust.schema import check_choices
 
@@ -533,6 +533,30 @@ def keep_rows(old: State, new: State, keep: torch.Tensor) -> State:
         k = keep.to(b.device).view(-1, *([1] * (b.dim() - 1)))
         changes[f.name] = torch.where(k, a, b)
     return dataclasses.replace(new, **changes)
+
+
+def graph_neighbours(ctx: Context, t: int, degree: int, stream: str, epoch: int | None = None) -> PeerIndex:
+    """Every neighbour of round ``t``'s graph for this process's clients (``network.graph``); on the complete graph
+    a random ``degree``-regular graph of the method's own, drawn from (seed, ``epoch`` (default t), ``stream``), the
+    same on every process: DePRL's, Facade's and FedSPD's peers."""
+    g = ctx.graph(t)
+    if g is None:
+        g = regular_graph(ctx.n, degree, ctx.seed, t if epoch is None else epoch, stream)
+    lo, hi = ctx.own_rows.start, ctx.own_rows.stop
+    return PeerIndex(g.idx[lo:hi].to(ctx.device), g.valid[lo:hi].to(ctx.device), ctx.n)
+
+
+def head_tensors(field: str, names: list, layout: ParamLayout) -> tuple[int, ...]:
+    """The indices of a head's tensors (``names`` as :meth:`ParamLayout.select` takes them), checked: named among the
+    model's, and not every one of them (a body or core is left to share); ConfigError naming ``field``."""
+    try:
+        picked = layout.select(names)
+    except ValueError as e:
+        raise ConfigError(field, names, f"{e}; give names, module prefixes or head") from None
+    if len(picked) == len(layout.names):
+        raise ConfigError(field, names, f"is the whole model ({', '.join(layout.names)}), leaving nothing to "
+                          "share: name fewer tensors, or use a model of several layers (model=mlp)")
+    return picked
 
 
 def keep_personal(models: torch.Tensor, own: torch.Tensor, personal: tuple[tuple[int, int], ...]) -> torch.Tensor:

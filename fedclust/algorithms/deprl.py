@@ -28,14 +28,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundPlan, RoundResult, RoundView, RunFacts
+from fedclust.algorithms.base import (
+    Context,
+    PeerAlgorithm,
+    RoundPlan,
+    RoundResult,
+    RoundView,
+    RunFacts,
+    graph_neighbours,
+    head_tensors,
+)
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
-from fedclust.network import make_graph
+from fedclust.network import check_regular_degree
 from fedclust.peers import PeerIndex
 from fedclust.schema import at_least, option
 
@@ -59,12 +67,7 @@ class DeprlConfig:
             raise ConfigError("deprl.head", self.head, "must be a non-empty list of parameter names, module prefixes "
                               "or head, e.g. deprl.head=[head]")
         if cfg.network.graph == "complete":
-            n = cfg.clients
-            if not 1 <= self.degree < n:
-                raise ConfigError("deprl.degree", self.degree, f"must lie in [1, clients - 1 = {n - 1}]")
-            if (n * self.degree) % 2:
-                raise ConfigError("deprl.degree", self.degree, f"a {self.degree}-regular graph of {n} clients does "
-                                  "not exist (clients x degree must be even); choose an even degree")
+            check_regular_degree("deprl.degree", self.degree, cfg.clients)
 
 
 @register
@@ -85,14 +88,14 @@ class Deprl(PeerAlgorithm):
     @classmethod
     def from_config(cls, cfg, facts: RunFacts) -> "Deprl":  # type: ignore[override]  # takes the run's facts
         layout = facts.layout
-        picked = head_tensors(cfg.deprl.head, layout)
+        picked = head_tensors("deprl.head", cfg.deprl.head, layout)
         return cls(head=tuple(layout.names[k] for k in picked),
                    body=tuple(name for k, name in enumerate(layout.names) if k not in picked),
                    head_columns=layout.column_ranges(picked), deprl=cfg.deprl)
 
     @classmethod
     def check_run(cls, cfg, facts: RunFacts) -> None:
-        head_tensors(cfg.deprl.head, facts.layout)
+        head_tensors("deprl.head", cfg.deprl.head, facts.layout)
 
     def plan(self, state, ctx: Context, round_: int, models: torch.Tensor):
         """The head with the body frozen, then the body with the head frozen (step 1)."""
@@ -101,28 +104,10 @@ class Deprl(PeerAlgorithm):
 
     def select(self, state, ctx: Context, view: RoundView) -> tuple[None, PeerIndex]:
         """Every neighbour of the round's graph (step 2)."""
-        t, n = view.round, ctx.n
-        g = ctx.graph(t)
-        if g is None:   # the complete graph: a fresh random regular graph, the same on every process
-            spec = SimpleNamespace(graph="regular", degree=self.deprl.degree, p_edge=0.0, rewire=0.0, path="")
-            g = make_graph(spec, n, ctx.seed, t, stream="deprl", connected=False)
-            assert g is not None
-        lo, hi = ctx.own_rows.start, ctx.own_rows.stop
-        return state, PeerIndex(g.idx[lo:hi].to(ctx.device), g.valid[lo:hi].to(ctx.device), n)
+        return state, graph_neighbours(ctx, view.round, self.deprl.degree, "deprl")
 
     def aggregate(self, state, ctx: Context, view: RoundView) -> tuple[None, RoundResult]:
         """The gossip of the body; the head (and share.personal's tensors) as each client trained it."""
         own = dataclasses.replace(ctx, personal=tuple(sorted(set(ctx.personal) | set(self.head_columns))))
         return super().aggregate(state, own, view)
 
-
-def head_tensors(names: list, layout) -> tuple[int, ...]:
-    """The indices of ``deprl.head``'s tensors, checked: named among the model's, and not every one of them."""
-    try:
-        picked = layout.select(names)
-    except ValueError as e:
-        raise ConfigError("deprl.head", names, f"{e}; give names, module prefixes or head") from None
-    if len(picked) == len(layout.names):
-        raise ConfigError("deprl.head", names, f"is the whole model ({', '.join(layout.names)}), leaving no body to "
-                          "share: name fewer tensors, or use a model of several layers (model=mlp)")
-    return picked

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Literal
 
 import torch
@@ -31,7 +30,7 @@ import torch
 from fedclust.algorithms.base import Choice, Context, PeerAlgorithm, RoundView
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
-from fedclust.network import make_graph
+from fedclust.network import regular_graph
 from fedclust.peers import PeerIndex, incoming
 from fedclust.schema import at_least, option
 
@@ -89,9 +88,7 @@ class Epidemic(PeerAlgorithm):
         ids = ctx.client_ids.to(ctx.device)
         lo, hi = ctx.own_rows.start, ctx.own_rows.stop
         if self.epidemic.variant == "oracle":   # this round's s-regular graph, the same on every process
-            spec = SimpleNamespace(graph="regular", degree=s, p_edge=0.0, rewire=0.0, path="")
-            graph = make_graph(spec, n, ctx.seed, t, stream="epidemic", connected=False)
-            assert graph is not None
+            graph = regular_graph(n, s, ctx.seed, t, "epidemic")
             return state, PeerIndex(graph.idx[lo:hi].to(ctx.device), graph.valid[lo:hi].to(ctx.device), n)
         # every sender's s pushes (the same on every process), among its graph neighbours where there is a graph
         g = ctx.graph(t)

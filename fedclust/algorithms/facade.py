@@ -31,7 +31,6 @@ Paper: S. Biswas, M. de Vos, A.-M. Kermarrec, R. Pires, R. Sharma, M. Vujasinovi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 
@@ -45,11 +44,13 @@ from fedclust.algorithms.base import (
     RoundView,
     RunFacts,
     client_rows,
+    graph_neighbours,
+    head_tensors,
 )
 from fedclust.algorithms.cluster_models import merge_copies
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
-from fedclust.network import delivered, keep_peers, make_graph, within
+from fedclust.network import check_regular_degree, delivered, keep_peers, within
 from fedclust.peers import PeerIndex
 from fedclust.schema import at_least, option
 
@@ -73,24 +74,7 @@ class FacadeConfig:
             raise ConfigError("facade.head", self.head, "must be a non-empty list of parameter names, module "
                               "prefixes or head, e.g. facade.head=[head]")
         if cfg.network.graph == "complete":
-            n = cfg.clients
-            if not 1 <= self.degree < n:
-                raise ConfigError("facade.degree", self.degree, f"must lie in [1, clients - 1 = {n - 1}]")
-            if (n * self.degree) % 2:
-                raise ConfigError("facade.degree", self.degree, f"a {self.degree}-regular graph of {n} clients does "
-                                  "not exist (clients x degree must be even); choose an even degree")
-
-
-def head_tensors(names: list, layout) -> tuple[int, ...]:
-    """The indices of ``facade.head``'s tensors, checked: named among the model's, and not every one of them."""
-    try:
-        picked = layout.select(names)
-    except ValueError as e:
-        raise ConfigError("facade.head", names, f"{e}; give names, module prefixes or head") from None
-    if len(picked) == len(layout.names):
-        raise ConfigError("facade.head", names, f"is the whole model ({', '.join(layout.names)}), leaving no core "
-                          "to share: name fewer tensors, or use a model of several layers (model=mlp)")
-    return picked
+            check_regular_degree("facade.degree", self.degree, cfg.clients)
 
 
 def head_mask(columns: tuple[tuple[int, int], ...], P: int, device) -> torch.Tensor:
@@ -135,13 +119,13 @@ class Facade(PeerAlgorithm):
 
     @classmethod
     def from_config(cls, cfg, facts: RunFacts) -> "Facade":  # type: ignore[override]  # takes the run's facts
-        algo = cls(facts.layout.column_ranges(head_tensors(cfg.facade.head, facts.layout)), cfg.facade)
+        algo = cls(facts.layout.column_ranges(head_tensors("facade.head", cfg.facade.head, facts.layout)), cfg.facade)
         algo.kept_numbers = cfg.facade.heads * algo._width()   # [C, k, H] heads, kept and made anew each round
         return algo
 
     @classmethod
     def check_run(cls, cfg, facts: RunFacts) -> None:
-        head_tensors(cfg.facade.head, facts.layout)
+        head_tensors("facade.head", cfg.facade.head, facts.layout)
 
     def _width(self) -> int:
         return sum(b - a for a, b in self.columns)
@@ -186,14 +170,7 @@ class Facade(PeerAlgorithm):
 
     def select(self, state, ctx: Context, view: RoundView) -> tuple[FacadeState, PeerIndex]:
         """Every neighbour of the round's graph."""
-        t, n = view.round, ctx.n
-        g = ctx.graph(t)
-        if g is None:   # the complete graph: a fresh random regular graph, the same on every process
-            spec = SimpleNamespace(graph="regular", degree=self.facade.degree, p_edge=0.0, rewire=0.0, path="")
-            g = make_graph(spec, n, ctx.seed, t, stream="facade", connected=False)
-            assert g is not None
-        lo, hi = ctx.own_rows.start, ctx.own_rows.stop
-        return state, PeerIndex(g.idx[lo:hi].to(ctx.device), g.valid[lo:hi].to(ctx.device), n)
+        return state, graph_neighbours(ctx, view.round, self.facade.degree, "facade")
 
     def aggregate(self, state: FacadeState, ctx: Context, view: RoundView) -> tuple[FacadeState, RoundResult]:
         t = view.round

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -53,11 +52,12 @@ from fedclust.algorithms.base import (
     RoundView,
     RunFacts,
     client_rows,
+    graph_neighbours,
 )
 from fedclust.algorithms.cluster_models import cluster_inits
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
-from fedclust.network import delivered, keep_peers, make_graph, within
+from fedclust.network import check_regular_degree, delivered, keep_peers, within
 from fedclust.peers import PeerIndex
 from fedclust.schema import at_least, option
 
@@ -96,12 +96,7 @@ class FedspdConfig:
                               f"{self.min_examples} examples need data.train_size >= "
                               f"{self.clusters * self.min_examples}: lower it")
         if cfg.network.graph == "complete":
-            n = cfg.clients
-            if not 1 <= self.degree < n:
-                raise ConfigError("fedspd.degree", self.degree, f"must lie in [1, clients - 1 = {n - 1}]")
-            if (n * self.degree) % 2:
-                raise ConfigError("fedspd.degree", self.degree, f"a {self.degree}-regular graph of {n} clients does "
-                                  "not exist (clients x degree must be even); choose an even degree")
+            check_regular_degree("fedspd.degree", self.degree, cfg.clients)
 
 
 def initial_split(seed: int, clients: torch.Tensor, counts: torch.Tensor, N: int, S: int) -> torch.Tensor:
@@ -247,13 +242,7 @@ class Fedspd(PeerAlgorithm):
 
     def neighbours(self, ctx: Context, t: int) -> PeerIndex:
         """Every neighbour of the round's graph (one random regular graph for the run on the complete graph)."""
-        g = ctx.graph(t)
-        if g is None:
-            spec = SimpleNamespace(graph="regular", degree=self.fedspd.degree, p_edge=0.0, rewire=0.0, path="")
-            g = make_graph(spec, ctx.n, ctx.seed, 0, stream="fedspd", connected=False)
-            assert g is not None
-        lo, hi = ctx.own_rows.start, ctx.own_rows.stop
-        return PeerIndex(g.idx[lo:hi].to(ctx.device), g.valid[lo:hi].to(ctx.device), ctx.n)
+        return graph_neighbours(ctx, t, self.fedspd.degree, "fedspd", epoch=0)
 
     def select(self, state, ctx: Context, view: RoundView):
         return state, self.neighbours(ctx, view.round)
