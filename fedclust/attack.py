@@ -13,8 +13,14 @@ their trained ones, every round, to peers and servers alike.
 - ``label_flip``: it trains on flipped labels (``K − 1 − y``) and sends what
   it trained.
 
-An attacker holds what it sent (its own accuracy is not the honest
-clients', which the metrics report apart: ``honest_accuracy``).
+A ``sign_flip`` or ``gaussian`` attacker keeps the model it trained and
+takes in nothing (the runner puts that model back after the aggregation):
+what it holds stays an honest local model, so what it sends stays finite.
+One that kept its poison ascended its own loss until its models were
+non-finite within 7 to 17 rounds on Fashion-MNIST.  A ``label_flip``
+attacker takes part as any client, on its flipped labels.  An attacker's
+accuracy is not the honest clients', which the metrics report apart
+(``honest_accuracy``).
 """
 
 from __future__ import annotations

@@ -229,7 +229,9 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     sending = _attacking(setup, trains)   # this rank's attackers training this round: [rows], or None
     start = flat[sending].clone() if sending is not None else None
     train_loss = _train(setup, flat, orders, settings, plan, trains, setup.network.stragglers(t), subset)
-    if sending is not None and start is not None:   # they send poison instead of what they trained
+    kept = None   # what this rank's model-poisoning attackers trained: they keep it, and send poison instead
+    if sending is not None and start is not None:
+        kept = flat[sending].clone()
         poison_(flat, start, sending, ctx.client_ids[sending.to(ctx.client_ids.device)], cfg.attack, cfg.seed, t)
     flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
                        device=flat.device)
@@ -242,6 +244,9 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     if bad:
         raise DivergenceError(t, bad)
     algo_state, result = algo.aggregate(algo_state, ctx, view)
+    if kept is not None:   # an attacker takes in nothing: what it holds stays an honest local model (a copy, as
+        # the result's models may be the algorithm's state)
+        result = dataclasses.replace(result, models=result.models.index_put((sending,), kept))
     state.flat, state.algo_state, state.round = result.models, algo_state, t
     state.traffic.add(result)
     if result.averaged is not None and t <= setup.stage1_end:

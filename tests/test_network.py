@@ -396,6 +396,32 @@ def test_honest_and_worst_cluster_accuracy_by_hand():
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("kind,scale", [("sign_flip", 3.0), ("gaussian", 0.3)])
+def test_a_model_poisoning_attacker_keeps_its_own_trained_model(tmp_path, kind, scale):
+    """A sign_flip or gaussian attacker under Random takes in nothing: each round its accuracy is that of the
+    same client under Local with no attack (same init, same batches); the honest clients do take in its poison."""
+    import json
+
+    from test_resume import launch, overrides
+
+    from fedclust.attack import attackers
+
+    runs = {"attacked": ("random", "attack.fraction=0.25", f"attack.kind={kind}", f"attack.scale={scale}"),
+            "local": ("local",)}
+    acc = {}
+    for name, (algo, *extra) in runs.items():
+        proc = launch(1, overrides(algo, tmp_path / name, *extra))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        config = load_config(str(tmp_path / name / "config.yaml"))
+        acc[name] = torch.tensor([json.loads(x)["client_accuracy"]
+                                  for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()])
+    bad = attackers(config.seed, config.clients, 0.25)
+    assert bad is not None and int(bad.sum()) == -(-config.clients // 4)
+    assert torch.equal(acc["attacked"][:, bad], acc["local"][:, bad])
+    assert not torch.equal(acc["attacked"][:, ~bad], acc["local"][:, ~bad])
+
+
+@pytest.mark.integration
 def test_a_run_under_every_fault_killed_on_two_processes_resumes_exactly(tmp_path):
     """A graph redrawn every 2 rounds, clients offline, lost messages, stragglers and attackers at once: killed
     after round 5 on 2 processes, resumed on 1, it ends as the uninterrupted run."""
