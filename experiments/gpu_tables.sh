@@ -10,6 +10,7 @@
 # Needs the four Fashion-MNIST IDX files in data/ (data.root): the machine has no internet.
 #
 #   OUT=/tmp/g bash experiments/gpu_tables.sh                                  # a lent GPU (about 8 minutes)
+#   LIST=experiments/sets/gpu_rest.txt OUT=/tmp/g bash experiments/gpu_tables.sh   # the runs of a list only
 #   DEVICE=cpu DEADLINE=60 EXTRA="rounds=2 clients=8" OUT=/tmp/g bash experiments/gpu_tables.sh   # a dry run
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -33,10 +34,21 @@ fi
 
 echo "== sweeps ($(elapsed) s)"
 export THREADS=1 LANES FEDCLUST="python3 -m fedclust" EXTRA="device=$DEVICE figures=false ${EXTRA:-}"
-SEEDS=$SEEDS_NET OUT=$RUNS/network setsid bash experiments/network_conditions.sh > "$OUT/network.log" 2>&1 &
-net=$!
-OUT=$RUNS/post_panm setsid bash experiments/post_panm_table.sh > "$OUT/post_panm.log" 2>&1 &
-post=$!
+if [[ -n ${LIST:-} ]]; then   # only the runs of LIST, in its order: lines "DIR CONFIG KEY=VALUE ..." (DIR under RUNS)
+  one() { local dir=$1 config=$2; shift 2; mkdir -p "$(dirname "$RUNS/$dir")"
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=1 python3 -m fedclust run "$config" "$@" out="$RUNS/$dir" progress=false $EXTRA \
+      >> "$RUNS/$dir.log" 2>&1 || echo "failed: $dir (see $RUNS/$dir.log)"; }
+  export -f one; export RUNS
+  setsid bash -c "xargs -P $LANES -L 1 bash -c 'one \"\$@\"' _ < $LIST" > "$OUT/network.log" 2>&1 &
+  net=$!
+  post=$net
+else
+  SEEDS=$SEEDS_NET OUT=$RUNS/network setsid bash experiments/network_conditions.sh > "$OUT/network.log" 2>&1 &
+  net=$!
+  OUT=$RUNS/post_panm setsid bash experiments/post_panm_table.sh > "$OUT/post_panm.log" 2>&1 &
+  post=$!
+fi
 while kill -0 $net 2>/dev/null || kill -0 $post 2>/dev/null; do
   if (( $(elapsed) >= DEADLINE )); then
     echo "deadline at $(elapsed) s: stopping what is still running"
@@ -60,5 +72,5 @@ echo "== pack ($(elapsed) s)"
 } | tar cf - -T - | xz -6 -T0 > "$OUT/runs.tar.xz")
 echo "finished runs: network $(ls "$RUNS"/network/*/*-s*/summary.json 2>/dev/null | wc -l)," \
      "post_panm $(ls "$RUNS"/post_panm/*/*-s*/summary.json 2>/dev/null | wc -l)"
-grep -h "^failed" "$OUT/network.log" "$OUT/post_panm.log" | sort -u
+grep -h "^failed" "$OUT/network.log" "$OUT/post_panm.log" 2>/dev/null | sort -u
 echo "== done ($(elapsed) s)"
