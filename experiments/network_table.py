@@ -76,9 +76,10 @@ def figure(out: Path, conds: list[str], path: Path, title: str) -> bool:
                       fontsize=7)
         ax.set_title({"final_accuracy": "final accuracy (%)", "worst_cluster_accuracy": "worst cluster (%)"}[field],
                      fontsize=9)
-    axes[0].legend(fontsize=7)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(METHODS), fontsize=7)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     if drawn:
         fig.savefig(path, dpi=120)
     plt.close(fig)
