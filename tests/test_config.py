@@ -199,6 +199,7 @@ OUT_OF_RANGE = {
     "facade.degree": ("3", ["algorithm.name=facade", "model=mlp", "clients=9"]),   # 9 x 3 is odd: no such graph
     "fedspd.clusters": ("0", ["algorithm.name=fedspd"]),
     "fedspd.first_epochs": ("0", ["algorithm.name=fedspd"]),
+    "fedspd.finetune_epochs": ("0", ["algorithm.name=fedspd"]),
     "fedspd.share": ("1.5", ["algorithm.name=fedspd"]),
     "fedspd.finetune_rounds": ("-1", ["algorithm.name=fedspd"]),
     "fedspd.min_examples": ("0", ["algorithm.name=fedspd"]),

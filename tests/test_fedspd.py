@@ -84,7 +84,8 @@ def test_plan_draws_a_share_of_the_groups_cluster_and_the_first_pass_trains_ever
     n, seed, N = 8, 3, 12
     net = Network(NetworkConfig(graph="ring"), n, seed)
     algo = Fedspd(init_model, rounds=10, train_size=N, fedspd=FedspdConfig(clusters=2, share=0.5, first_epochs=4,
-                                                                          finetune_rounds=2, min_examples=2))
+                                                                          finetune_rounds=2, finetune_epochs=3,
+                                                                          min_examples=2))
     c = make_ctx(n, torch.arange(n), net, seed, N=N)
     state = algo.init(c)
     models = torch.zeros(n, P)
@@ -104,6 +105,7 @@ def test_plan_draws_a_share_of_the_groups_cluster_and_the_first_pass_trains_ever
     _, last = algo.plan(state, c, 9, models)   # the first fine-tuning round starts from the mix
     pi = torch.stack([(state.assign == s).sum(1) for s in range(2)], 1).float() / N
     assert torch.allclose(last.start, (pi[:, :, None] * state.bank).sum(1), atol=1e-6)
+    assert last.phases == ((3, ()),) and last.trains is None   # fedspd.finetune_epochs, everyone, alone
 
 
 def test_a_round_averages_within_the_group_and_reassigns_every_example():
@@ -157,7 +159,7 @@ def test_an_offline_client_keeps_its_models_and_examples():
 
 @pytest.mark.parametrize("extra,field", [
     (["fedspd.share=0"], "fedspd.share"), (["fedspd.clusters=0"], "fedspd.clusters"),
-    (["rounds=5", "fedspd.finetune_rounds=4"], "fedspd.finetune_rounds"),
+    (["rounds=5", "fedspd.finetune_rounds=4"], "fedspd.finetune_rounds"), (["fedspd.finetune_epochs=0"], "fedspd.finetune_epochs"),
     (["data.train_size=15"], "fedspd.min_examples"), (["clients=9", "fedspd.degree=3"], "fedspd.degree"),
 ])
 def test_bad_keys_are_refused_naming_the_field(extra, field):

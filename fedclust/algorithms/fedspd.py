@@ -21,7 +21,8 @@ Rounds (S = ``fedspd.clusters``, F = ``fedspd.finetune_rounds``, R = ``rounds``)
   cluster left with fewer than ``fedspd.min_examples`` of the client's
   examples takes the last ones of the largest;
 - t = R − F + 1 .. R: the client's model is ``Σ_s π_i^s θ_i^s`` (π_i^s its
-  share of examples in cluster s), trained alone on all its data (F rounds).
+  share of examples in cluster s), trained alone on all its data for
+  ``fedspd.finetune_epochs`` epochs a round (F rounds).
 
 A client is evaluated with ``Σ_s π_i^s θ_i^s`` (its fine-tuned model in the
 last F rounds); its neighbour list is the round's same-group neighbours, its
@@ -74,6 +75,7 @@ class FedspdConfig:
                                "random draw, in (0, 1] (the reference's 0.9)")
     finetune_rounds: int = option(5, "the last rounds: the mixed model trained alone on all the client's data "
                                      "(the reference's 5 stages), >= 0")
+    finetune_epochs: int = option(5, "epochs of each fine-tuning round (the reference's 5 a stage), >= 1")
     min_examples: int = option(10, "each cluster keeps at least this many of a client's examples (the "
                                    "reference's 10), >= 1")
     degree: int = option(6, "on network.graph=complete: the degree of one random regular graph for the run (the "
@@ -84,6 +86,8 @@ class FedspdConfig:
         at_least("fedspd.clusters", self.clusters, 1, "the sources a client's data mixes, e.g. 2")
         at_least("fedspd.first_epochs", self.first_epochs, 1, "each cluster model trains at least one epoch first")
         at_least("fedspd.finetune_rounds", self.finetune_rounds, 0, "rounds of the final fine-tuning (0: none)")
+        at_least("fedspd.finetune_epochs", self.finetune_epochs, 1, "each fine-tuning round trains at least one "
+                 "epoch")
         at_least("fedspd.min_examples", self.min_examples, 1, "a cluster keeps at least one example")
         if not (math.isfinite(self.share) and 0 < self.share <= 1):
             raise ConfigError("fedspd.share", self.share, "must lie in (0, 1] (the reference's 0.9)")
@@ -225,7 +229,8 @@ class Fedspd(PeerAlgorithm):
         top = self.shares(state).argmax(1)   # the client's cluster as the round starts (ARI)
         if self.stage(t) == "finetune":
             start = self.mix(state) if t == self.rounds - self.fedspd.finetune_rounds + 1 else models
-            return state, RoundPlan(start=start, labels=S + (S + 1) * top)   # group S: none
+            return state, RoundPlan(start=start, labels=S + (S + 1) * top,   # group S: none
+                                    phases=((self.fedspd.finetune_epochs, ()),))
         group = self.groups(ctx, t)
         mine = group[ctx.own_rows].to(models.device)
         s = mine.clamp_min(0)
