@@ -10,13 +10,15 @@ Config, load_config`` is all a script needs.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
 
 from fedclust.algorithms import registry
 from fedclust.algorithms.base import RunFacts
-from fedclust.data import check_data
+from fedclust.data import check_data, dataset
+from fedclust.data.validation import check_share
 from fedclust.dist import available_memory, exchange_column_bytes, exchange_columns, resolve_device, world_from_env
 from fedclust.errors import ConfigError
 from fedclust.importing import import_target
@@ -88,6 +90,10 @@ def validate(cfg: Config) -> None:
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", "cuda", "no CUDA device is visible here; use device=cpu or device=auto")
     check_data(cfg.data, cfg.clients)   # data-set plugins were imported with the algorithms' (load_algorithms)
+    share, key = validation_split(cfg, algorithm)
+    # a pool's clients hold data.train_size examples each; a file's sizes are checked when the split is carved
+    check_share(share, cfg.data.train_size if dataset(cfg.data).kind_of(cfg.data) == "pool" else 2, key or
+                "data.validation")
     if not is_user_model(cfg.model):   # FILE.py:NAME / package.module:NAME are checked by building them, below
         one_of("model", cfg.model, {"auto", *model_names()}, aliases=model_aliases())
     arch, shape, _ = model_spec(cfg)
@@ -100,6 +106,20 @@ def validate(cfg: Config) -> None:
     facts = run_facts(cfg)
     personal_columns(cfg, algorithm, facts.layout)
     algorithm.check_run(cfg, facts)
+
+
+def validation_split(cfg: Config, algorithm) -> tuple[float, str]:
+    """``(share, key)`` of the validation split carved from each client's training examples: ``data.validation``
+    when > 0, else the algorithm's own (CFL's ``cfl.validation``: ``Algorithm.validation_key``), else ``(0, "")``.
+    Both > 0 and different is refused: one split serves both."""
+    own_key = algorithm.validation_key
+    own = float(functools.reduce(getattr, own_key.split("."), cfg)) if own_key else 0.0
+    share = float(cfg.data.validation)
+    if share > 0 and own > 0 and share != own:
+        raise ConfigError("data.validation", share, f"{cfg.algorithm.name} holds out {own_key} = {own} of each "
+                          f"client's examples already; one split serves both: set {own_key}={share} or "
+                          "data.validation=0")
+    return (share, "data.validation") if share > 0 else (own, own_key)
 
 
 def run_facts(cfg: Config) -> RunFacts:

@@ -54,14 +54,20 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
     traffic = state.traffic
     extra = extra_accuracies(setup, state, acc)
+    if cfg.data.validation > 0:   # each client's model on its validation split (data.validation), for selection
+        extra["validation"] = evaluate(state.flat, setup.layout, setup.arch, data.val_x, data.val_y,
+                                       counts=data.val_counts)[0].double()
+    tests = (torch.full_like(acc, data.test_x.shape[1]) if data.test_counts is None else data.test_counts.to(acc))
     sizes = peer_counts(lists).double()
     local = torch.stack([acc.double(), loss.double(), precision.double(), recall.double(),
-                         traffic.received.double(), traffic.max_round.double(), *extra.values(), sizes], dim=1)
+                         traffic.received.double(), traffic.max_round.double(), *extra.values(), tests.double(),
+                         sizes], dim=1)
     # The float64 numbers bit for bit, each client's list length last: every rank learns the longest list.
     everyone = setup.collective(t, gather_rows, setup.fabric, local.contiguous().view(torch.uint8), setup.n)
     values = everyone.contiguous().view(torch.float64)
     acc_all, loss_all, prec_all, rec_all, recv_all, maxr_all = (values[:, i].cpu() for i in range(METRICS_PER_CLIENT))
     extra_all = {k: values[:, METRICS_PER_CLIENT + i].cpu() for i, k in enumerate(extra)}
+    tests_all = values[:, -2].cpu()   # each client's test examples
     all_lists = None
     if result.lists is not None:
         longest = int(values[:, -1].max())
@@ -79,6 +85,8 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
         "round": t,
         "stage": 1 if t <= cfg.stage1_rounds else 2,
         "accuracy": 100.0 * float(acc_all.mean()),
+        # by test examples: the share of all test examples classified right (the mean when clients are equal)
+        "weighted_accuracy": 100.0 * float((acc_all * tests_all).sum() / tests_all.sum()),
         "loss": float(loss_all.mean()),
         "train_loss": float((outcome.all_loss if outcome.trained is None
                              else outcome.all_loss[outcome.trained]).double().mean()),
@@ -94,6 +102,9 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
         "client_accuracy": [round(100.0 * float(a), 2) for a in acc_all],
     }
     record.update(honest_and_worst(acc_all, setup.attackers, ctx.clusters))
+    if "validation" in extra_all:
+        record["validation_accuracy"] = 100.0 * float(extra_all["validation"].mean())
+        record["client_validation_accuracy"] = [round(100.0 * float(a), 2) for a in extra_all["validation"]]
     for k in setup.algo.extra_accuracies:   # the algorithm's own accuracies (CFL: best of lineage); null if not given
         record[k] = 100.0 * float(extra_all[k].mean()) if k in extra_all else None
     truth = None if ctx.clusters is None else ctx.clusters.cpu().numpy()   # None: not known (ari null)
@@ -104,6 +115,21 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
         record.update({"num_clusters": int(len(np.unique(labels))),
                        "ari": None if truth is None else adjusted_rand_index(truth, labels)})
     return record, all_lists
+
+
+def best_validation(history: list[dict]) -> dict:
+    """Per-client model selection (``data.validation``): each client's test accuracy at the evaluated round of
+    its highest validation accuracy (the earliest of ties), their mean ``best_validation_accuracy`` and those
+    rounds ``best_validation_rounds``; nothing without a validation split."""
+    rows = [r for r in history if r.get("client_validation_accuracy") is not None]
+    if not rows:
+        return {}
+    val = np.array([r["client_validation_accuracy"] for r in rows])      # [evaluated rounds, n]
+    test = np.array([r["client_accuracy"] for r in rows])
+    at = val.argmax(axis=0)                                              # argmax: the first of ties
+    rounds = np.array([r["round"] for r in rows])[at]
+    return {"best_validation_accuracy": float(test[at, np.arange(val.shape[1])].mean()),
+            "best_validation_rounds": [int(x) for x in rounds]}
 
 
 def honest_and_worst(acc: torch.Tensor, attackers: torch.Tensor | None, clusters: torch.Tensor | None) -> dict:
@@ -165,6 +191,8 @@ def summarize(setup: RankSetup, history: list[dict], wall: float, process: float
         "test_size": None if setup.data.test_counts is not None else int(setup.data.test_x.shape[1]),
         "seed": cfg.seed,
         "final_accuracy": final["accuracy"],
+        "final_weighted_accuracy": final["weighted_accuracy"],
+        **best_validation(history),
         **{f"final_{k}": final.get(k) for k in setup.algo.extra_accuracies},
         "honest_accuracy": final["honest_accuracy"],
         "worst_cluster_accuracy": final["worst_cluster_accuracy"],

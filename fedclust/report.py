@@ -48,6 +48,9 @@ METRICS = {
     # the lowest mean accuracy of a true cluster's clients, and the accuracy of the clients that do not attack
     "worst_cluster_accuracy": ("Accuracy of the worst cluster (%)", 2),
     "honest_accuracy": ("Accuracy of the honest clients (%)", 2),
+    # by test examples (clients of unequal size), and each client's model at its best-validation round
+    "final_weighted_accuracy": ("Final accuracy, weighted by test examples (%)", 2),
+    "best_validation_accuracy": ("Accuracy at each client's best-validation round (%)", 2),
     "neighbor_precision": ("Neighbour precision", 3),
     "neighbor_recall": ("Neighbour recall", 3),
     "num_clusters": ("Clusters found", 1),

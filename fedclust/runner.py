@@ -31,7 +31,7 @@ from fedclust.algorithms import registry
 from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundResult
 from fedclust.algorithms.peer_counts import add_mask
 from fedclust.attack import attackers, flip_labels, poison_
-from fedclust.config import personal_columns, run_facts
+from fedclust.config import personal_columns, run_facts, validation_split
 from fedclust.data import FederatedData, load_federated
 from fedclust.data.validation import carve_validation
 from fedclust.dist import Collectives, exchange_columns, finish, gather_parts, launch_rank, make_fabric, shard_bounds
@@ -125,8 +125,9 @@ def build(cfg: Config, fabric) -> Setup:
     client_ids = torch.arange(start, stop, dtype=torch.int64)
     algo = registry.build(cfg, run_facts(cfg))
     data = load_federated(cfg.data, n, cfg.seed, client_ids.tolist(), device=device)
-    # a validation split for an algorithm that asks for one (CFL's best-of-lineage choice); 0: data unchanged
-    data = carve_validation(data, algo.validation_share, cfg.seed, algo.validation_key)
+    # a validation split: data.validation's, or the algorithm's own (CFL's best-of-lineage choice); 0: data unchanged
+    share, key = validation_split(cfg, algo)
+    data = carve_validation(data, share, cfg.seed, key)
     bad = attackers(cfg.seed, n, cfg.attack.fraction)   # the same on every rank
     if bad is not None and cfg.attack.kind == "label_flip":   # they train on flipped labels, every round
         data = dataclasses.replace(data, train_y=flip_labels(data.train_y, bad[client_ids], data.num_classes))

@@ -109,6 +109,13 @@ class DataConfig:
             "clients"))
     test_size: int = option(100, "test samples per client",
         doc=("test samples per client, `>= 1`; ignored by a file of your own clients"))
+    validation: float = option(0.0, "share of each client's training examples held out for validation, in "
+                                    "[0, 1); > 0: the summary adds each client's test accuracy at its "
+                                    "best-validation round",
+        doc=("share of each client's training examples held out for validation (never trained on), in `[0, 1)`; "
+             "`> 0`: every record adds the validation accuracy and the summary each client's test accuracy at the "
+             "round of its best validation accuracy (`best_validation_accuracy`, `best_validation_rounds`). See "
+             "[Reports](reports.md#the-model-you-would-deploy)"))
     share_images: bool = option(False, "allow one image on several clients (runs of thousands of clients)")
     download: bool = option(True, "let torchvision download a missing data set")
     path: str = option("", "data.name=npz: a .npz (or torch .pt) file of named arrays: x_train, y_train, x_test, "
