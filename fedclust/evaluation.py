@@ -54,7 +54,7 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
     traffic = state.traffic
     extra = extra_accuracies(setup, state, acc)
-    if cfg.data.validation > 0:   # each client's model on its validation split (data.validation), for selection
+    if cfg.data.validation > 0 and data.val_x is not None and data.val_y is not None:   # for model selection
         extra["validation"] = evaluate(state.flat, setup.layout, setup.arch, data.val_x, data.val_y,
                                        counts=data.val_counts)[0].double()
     tests = (torch.full_like(acc, data.test_x.shape[1]) if data.test_counts is None else data.test_counts.to(acc))
