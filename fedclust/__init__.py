@@ -1,3 +1,11 @@
 """fedclust: vectorized multi-process trainer for clustered federated learning."""
 
 __version__ = "0.1.0"
+
+
+def load_client_model(path, client: int):
+    """Client ``client``'s model as a ready ``nn.Module`` from a run directory or a ``fedclust export``
+    (:func:`fedclust.export.load_client_model`)."""
+    from fedclust.export import load_client_model as load
+
+    return load(path, client)

@@ -150,7 +150,46 @@ def build_parser() -> argparse.ArgumentParser:
                    "bench-scale --help)", add_help=False)
     sub.add_parser("report", help="results table of run directories (see fedclust report --help)", add_help=False)
     sub.add_parser("theory", help="Theorem 1 of PANM (see fedclust theory --help)", add_help=False)
+    e = sub.add_parser("export", help="each client's model (safetensors) and a JSON manifest, from a run directory",
+                       description="Write each client's model of RUN_DIR's newest checkpoint (models.safetensors, "
+                                   "each parameter stacked over clients), the method's own models where it keeps "
+                                   "some (method_models.safetensors) and manifest.json into OUT_DIR.")
+    e.add_argument("run_dir", metavar="RUN_DIR")
+    e.add_argument("out_dir", metavar="OUT_DIR")
+    v = sub.add_parser("evaluate", help="every client's model on the run's test data, or on a file of new data",
+                       description="Evaluate every client's model of RUN_DIR's newest checkpoint on the run's own "
+                                   "test data (the run's client_accuracy of that round), or on --data FILE: an "
+                                   ".npz of test examples in the natural form (x_test, y_test, client_test).")
+    v.add_argument("run_dir", metavar="RUN_DIR")
+    v.add_argument("--data", metavar="FILE", help="an .npz with x_test, y_test and client_test (the run's client "
+                                                  "ids), normalised as the run's inputs")
+    v.add_argument("--json", action="store_true", help='print {"accuracy": ..., "client_accuracy": [...]}')
     return p
+
+
+def _export(args) -> int:
+    from fedclust.export import export_run
+
+    m = export_run(args.run_dir, args.out_dir)
+    extra = f" and the method's models ({', '.join(m['method_models'])})" if m["method_models"] else ""
+    print(f"fedclust: exported {m['clients']} client models of round {m['round']} ({m['model']['spec']}){extra} "
+          f"to {args.out_dir}")
+    return 0
+
+
+def _evaluate(args) -> int:
+    import json
+
+    from fedclust.export import evaluate_run
+
+    r = evaluate_run(args.run_dir, args.data)
+    if args.json:
+        print(json.dumps({"accuracy": r["accuracy"], "client_accuracy": r["client_accuracy"]}))
+    else:
+        print(f"round {r['round']}, {r['data']}: mean accuracy {r['accuracy']:.2f}% over "
+              f"{len(r['client_accuracy'])} clients (lowest {min(r['client_accuracy']):.2f}%, highest "
+              f"{max(r['client_accuracy']):.2f}%)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,7 +251,7 @@ def _main(argv: list[str]) -> int:
 
             return theory.main(argv[1:])
         args = build_parser().parse_args(argv)
-        return {"run": _run, "check": _check}[args.command](args)
+        return {"run": _run, "check": _check, "export": _export, "evaluate": _evaluate}[args.command](args)
     except FedclustError as exc:
         code = getattr(exc, "exit_code", None)   # fedclust.stopping.Stopped: 75, run again to continue
         if code is not None:
