@@ -81,11 +81,16 @@ class DataConfig:
     clusters: ClusterKind = option("rotation", "what sets image clusters apart: rotation or label_swap "
                                                "(synthetic: each cluster's own (W, b))",
         doc=("`rotation` or `label_swap` (Synthetic: each cluster has its own (W, b))"))
-    num_clusters: int = option(2, "latent clusters: 2 or 4 (rotation, label_swap); any >= 1 with data.rotations "
-                                  "or for synthetic",
-        doc=("2 or 4 (`rotation`, `label_swap`); any `>= 1` with `data.rotations` (one angle a cluster) "
-            "and for `synthetic`; a file of your own clients: the number of clusters in its `cluster` "
-            "array. `data.cluster_sizes` and `data.rotations` must give as many entries"))
+    num_clusters: int = option(2, "latent clusters, any >= 1 (1: no transform, plain federated learning); "
+                                  "rotation: evenly spaced angles 360/C*c unless data.rotations; label_swap: "
+                                  "the papers' pairs for 2 or 4, else a fixed permutation a cluster",
+        doc=("any number `>= 1`: `1` is plain federated learning (no transform); `rotation` turns cluster c of C "
+            "by `360°·c/C` (the papers' 0°/180° and 0°/90°/180°/270°) unless `data.rotations` gives each "
+            "cluster's angle; `label_swap` swaps the papers' label pairs for 2 or 4 clusters, and for any other "
+            "count keeps cluster 0's labels and relabels cluster c by a fixed permutation (see [Common "
+            "ground](algorithms.md#common-ground)); `synthetic`: each cluster its own (W, b); a file of your own "
+            "clients: the number of clusters in its `cluster` array. `data.cluster_sizes` and `data.rotations` "
+            "must give as many entries"))
     cluster_sizes: list[int] = option(help="clients of each cluster in order, contiguous blocks (cluster 0 the "
                                            "first ones): whole numbers >= 1, one a cluster (as many as "
                                            "data.num_clusters), summing to clients; []: near-equal blocks",
@@ -95,15 +100,15 @@ class DataConfig:
             "to `clients` (DAC's `[70,20,5,5]`); `[]`: near-equal blocks. Pools and `synthetic`; a file of "
             "your own clients has its own clusters. See [Common ground](algorithms.md#common-ground)"))
     rotations: list[float] = option(help="data.clusters=rotation: each cluster's angle in degrees, "
-                                         "counter-clockwise (as many as data.num_clusters, then any number); "
-                                         "multiples of 90 exact, other angles bilinear with zero fill; []: "
-                                         "0/180 (2 clusters) or 0/90/180/270 (4)",
+                                         "counter-clockwise (as many as data.num_clusters); multiples of 90 exact, "
+                                         "other angles bilinear with zero fill; []: evenly spaced, 360/C*c "
+                                         "(0/180 for 2 clusters, 0/90/180/270 for 4)",
                                     factory=list,
         doc=("`data.clusters=rotation`: each cluster's angle in degrees, counter-clockwise about the image "
-            "centre, one a cluster (as many as `data.num_clusters`, which may then be any number `>= 1`); "
-            "multiples of 90° are exact `rot90`s, other angles bilinear interpolation with zero fill (DAC's "
-            "`[0,180,10,350]`); `[]`: the papers' 0°/180° (2 clusters) or 0°/90°/180°/270° (4). See [Common "
-            "ground](algorithms.md#common-ground)"))
+            "centre, one a cluster (as many as `data.num_clusters`); multiples of 90° are exact `rot90`s, other "
+            "angles bilinear interpolation with zero fill (DAC's `[0,180,10,350]`); `[]`: evenly spaced, "
+            "`360°·c/C` for cluster c of C (the papers' 0°/180° for 2 clusters, 0°/90°/180°/270° for 4). See "
+            "[Common ground](algorithms.md#common-ground)"))
     train_size: int = option(200, "training samples per client (class-balanced)",
         doc=("training samples per client (class-balanced), `>= 1`; ignored by a file of your own "
             "clients"))

@@ -126,7 +126,7 @@ OUT_OF_RANGE = {
     "data.root": ("[a, b]", []),
     "data.path": ("[a, b]", []),
     "data.clusters": ("shift", []),
-    "data.num_clusters": ("3", []),                 # rotation defines 2 or 4 clusters
+    "data.num_clusters": ("0", []),                 # at least one cluster
     "data.cluster_sizes": ("[5, 2]", []),           # sums to 7, not clients = 8
     "data.rotations": ("[0, 180, 90]", []),         # 3 angles for data.num_clusters = 2
     "data.train_size": ("0", []),

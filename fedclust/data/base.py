@@ -33,12 +33,13 @@ import torch
 
 from fedclust.data.partition import (
     LABEL_SWAPS,
-    ROTATION_QUARTERS,
     class_demand,
     cluster_of_clients,
     federated_indices,
     max_per_client,
+    repeated_label_tables,
     rotate,
+    rotation_angles,
     swap_labels,
 )
 from fedclust.errors import ConfigError
@@ -337,23 +338,15 @@ class PoolDataSet(DataSet):
         self._check_size(cfg, num_clients, "data.test_size", cfg.test_size, torch.tensor(have[1]), "test")
 
     def check_cluster_count(self, cfg: DataConfig) -> None:
-        """``data.num_clusters``: any whole number >= 1 when ``data.rotations`` gives each cluster's angle,
-        else one the transform defines (2 or 4)."""
-        if cfg.clusters == "rotation" and not _unset(cfg.rotations):
-            positive_int("data.num_clusters", cfg.num_clusters)
-            return
-        allowed = sorted(ROTATION_QUARTERS if cfg.clusters == "rotation" else LABEL_SWAPS)
-        if cfg.num_clusters not in allowed:
-            other = ("; for another number give each cluster's angle in data.rotations"
-                     if cfg.clusters == "rotation" else "")
-            raise ConfigError(
-                "data.num_clusters", cfg.num_clusters,
-                f"{cfg.clusters} defines {' or '.join(map(str, allowed))} clusters (docs/algorithms.md){other}",
-            )
+        """``data.num_clusters``: any whole number >= 1 (one: no transform; rotation: evenly spaced angles
+        unless ``data.rotations`` gives them; label_swap: the papers' pairs for 2 or 4, else permutations)."""
+        positive_int("data.num_clusters", cfg.num_clusters)
 
     def check_transform(self, cfg: DataConfig) -> None:
         """Refuse a cluster transform the inputs or labels cannot take."""
         if cfg.clusters == "rotation":
+            if all(a % 360.0 == 0.0 for a in rotation_angles(cfg.num_clusters, cfg.rotations)):
+                return               # nothing turns (one cluster, or every angle 0): any input shape
             shape = self.input_shape(cfg)
             if len(shape) != 3 or shape[1] != shape[2]:
                 raise ConfigError(
@@ -361,8 +354,9 @@ class PoolDataSet(DataSet):
                     f"rotation needs square image inputs [channels, H, W] but {self.full_name}'s inputs have shape "
                     f"{list(shape)}; use data.clusters=label_swap, or give the images as [N, channels, H, W] "
                     "with H = W")
-        else:
-            k = self.num_classes(cfg)
+            return
+        k = self.num_classes(cfg)
+        if cfg.num_clusters in LABEL_SWAPS:
             pairs = LABEL_SWAPS[cfg.num_clusters]
             need = 1 + max(max(p) for p in pairs)
             if k < need:
@@ -370,6 +364,14 @@ class PoolDataSet(DataSet):
                     "data.clusters", "label_swap",
                     f"label_swap with {cfg.num_clusters} clusters swaps the label pairs {list(pairs)} and needs at "
                     f"least {need} classes, but {self.full_name} has {k}; use data.clusters=rotation")
+            return
+        same = repeated_label_tables(cfg.num_clusters, k)
+        if same is not None:
+            raise ConfigError(
+                "data.num_clusters", cfg.num_clusters,
+                f"label_swap with {cfg.num_clusters} clusters relabels each cluster by its own permutation of "
+                f"{self.full_name}'s {k} classes (docs/algorithms.md), but clusters {same[0]} and {same[1]} draw the "
+                "same one, so they would be one task; use fewer clusters, or data.clusters=rotation")
 
     def _check_size(self, cfg: DataConfig, num_clients: int, field: str, size: int, have: torch.Tensor,
                     split: str) -> None:
