@@ -47,6 +47,7 @@ SEED_LIMIT = 2**32
 
 # Choice fields: each a Literal, whose values check_choices accepts and fedclust check --keys lists.
 ClusterKind = Literal["rotation", "label_swap"]
+Partition = Literal["iid", "dirichlet", "shards"]   # fedclust.data.skew.PARTITIONS
 SyntheticInputs = Literal["client", "shared"]
 WandbMode = Literal["", "online", "offline", "disabled"]
 Engine = Literal["auto", "batched", "loop"]
@@ -114,6 +115,34 @@ class DataConfig:
             "clients"))
     test_size: int = option(100, "test samples per client",
         doc=("test samples per client, `>= 1`; ignored by a file of your own clients"))
+    partition: Partition = option("iid", "how a pool's examples are dealt to clients: iid (class-balanced), "
+                                         "dirichlet (label proportions from Dir(data.alpha)) or shards (McMahan "
+                                         "et al.'s: sorted by label, data.shards_per_client shards a client); "
+                                         "within each cluster, before its transform",
+        doc=("how a pool's examples are dealt to the clients, before each cluster's transform: `iid` "
+            "(class-balanced, the papers' split), `dirichlet` (each client's label proportions drawn from "
+            "Dir(`data.alpha`), Hsu et al.'s per-client draw) or `shards` (McMahan et al.'s pathological split: "
+            "the examples sorted by label, cut into `clients · data.shards_per_client` shards, "
+            "`data.shards_per_client` a client). Combines with any `data.clusters` and `data.num_clusters` "
+            "(`data.num_clusters=1`: plain federated learning). See [Partitions](algorithms.md#partitions-label-"
+            "and-quantity-skew)"))
+    alpha: float = option(0.5, "data.partition=dirichlet: the concentration of each client's label proportions, "
+                               "a finite number > 0 (small: a few classes a client; large: near iid)",
+        doc=("`data.partition=dirichlet`: the concentration alpha of each client's label proportions "
+            "Dir(alpha·1), a finite number `> 0` (0.1: mostly one or two classes a client; 100: near "
+            "class-balanced); refused with another partition"))
+    shards_per_client: int = option(2, "data.partition=shards: shards each client takes (McMahan et al.: 2), "
+                                       ">= 1 and at most data.train_size",
+        doc=("`data.partition=shards`: shards each client takes (McMahan et al.'s 2), `>= 1` and at most "
+            "`data.train_size` (a shard holds at least one example); refused with another partition"))
+    quantity_skew: float = option(0.0, "0: every client data.train_size training examples; a > 0: sizes from a "
+                                       "power law of tail exponent a (smaller a, more skew), mean data.train_size, "
+                                       "at least min(10, data.train_size) each",
+        doc=("`0`: every client holds `data.train_size` training examples; `a > 0` (finite): quantity skew, "
+            "client sizes from a power law, `P(size share > s) ∝ s^−a` (a Pareto law: the smaller a, the more "
+            "a few clients hold; at `a <= 1` one client may hold most), each client at least "
+            "`min(10, data.train_size)` (and `data.shards_per_client`), summing to `clients · "
+            "data.train_size`; test sets keep `data.test_size`. Any `data.partition`"))
     share_images: bool = option(False, "allow one image on several clients (runs of thousands of clients)")
     download: bool = option(True, "let torchvision download a missing data set")
     path: str = option("", "data.name=npz: a .npz (or torch .pt) file of named arrays: x_train, y_train, x_test, "

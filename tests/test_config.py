@@ -131,6 +131,10 @@ OUT_OF_RANGE = {
     "data.rotations": ("[0, 180, 90]", []),         # 3 angles for data.num_clusters = 2
     "data.train_size": ("0", []),
     "data.test_size": ("0", []),
+    "data.partition": ("pathological", []),
+    "data.alpha": ("0", ["data.partition=dirichlet"]),
+    "data.shards_per_client": ("0", ["data.partition=shards"]),
+    "data.quantity_skew": ("-1", []),
     "data.share_images": ("maybe", []),
     "data.download": ("maybe", []),
     "data.synthetic_alpha": ("-1", SYNTHETIC),
