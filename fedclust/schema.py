@@ -139,10 +139,12 @@ class DataConfig:
                                        "power law of tail exponent a (smaller a, more skew), mean data.train_size, "
                                        "at least min(10, data.train_size) each",
         doc=("`0`: every client holds `data.train_size` training examples; `a > 0` (finite): quantity skew, "
-            "client sizes from a power law, `P(size share > s) ∝ s^−a` (a Pareto law: the smaller a, the more "
-            "a few clients hold; at `a <= 1` one client may hold most), each client at least "
-            "`min(10, data.train_size)` (and `data.shards_per_client`), summing to `clients · "
-            "data.train_size`; test sets keep `data.test_size`. Any `data.partition`"))
+            "each client's share of the examples above a floor in proportion to a Pareto draw of tail exponent "
+            "a (`P(x > s) = s^−a`: the smaller a, the more a few clients hold; at `a <= 1` one client may hold "
+            "most), each client at least `min(10, data.train_size)` (and `data.shards_per_client`), summing to "
+            "`clients · data.train_size` (with `data.share_images`, a client capped at the split's size); test "
+            "sets keep `data.test_size`. Any `data.partition`. See [Partitions](algorithms.md#partitions-label-"
+            "and-quantity-skew)"))
     share_images: bool = option(False, "allow one image on several clients (runs of thousands of clients)")
     download: bool = option(True, "let torchvision download a missing data set")
     path: str = option("", "data.name=npz: a .npz (or torch .pt) file of named arrays: x_train, y_train, x_test, "

@@ -9,9 +9,11 @@ file's on the file), how it is checked (``check``: reading no image where it
 can) and how it is loaded (``load``).  Two kinds:
 
 - ``pool`` (:class:`PoolDataSet`): a labelled pool (train and test splits)
-  split over the clients, class-balanced (:mod:`fedclust.data.partition`),
-  and transformed per cluster by ``data.clusters`` (rotation, label_swap;
-  ``data.rotations``: each cluster's angle).  A subclass declares only its
+  split over the clients, class-balanced (:mod:`fedclust.data.partition`) or
+  with the label and quantity skew of ``data.partition`` and
+  ``data.quantity_skew`` (:mod:`fedclust.data.skew`), and transformed per
+  cluster by ``data.clusters`` (rotation, label_swap; ``data.rotations``:
+  each cluster's angle).  A subclass declares only its
   splits (``raw``), its normalisation and, to check sizes without reading
   images, its class counts.
 - ``client``: the data comes per client (Synthetic's generator, a naturally

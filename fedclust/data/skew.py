@@ -98,9 +98,9 @@ def dirichlet_proportions(seed: int, clients: torch.Tensor, num_classes: int, al
     ends at 500 clients, alpha 0.3, 100 classes).
 
     Drawn as normalized Gamma(alpha) variates ``g = h·u^(1/alpha)`` (``h ~ Gamma(alpha + 1)`` by inverting its
-    distribution function, scipy's ``gammaincinv``; ``u`` uniform: Marsaglia and Tsang's boost), in logarithms:
-    at alpha 0.05 most ``g`` are below float64's range (``u^20``), their logarithms are not, and the softmax
-    normalizes them exactly."""
+    distribution function, scipy's ``gammaincinv``; ``u`` uniform: Marsaglia and Tsang's boost), in logarithms,
+    normalized by a softmax: no variate underflows at any alpha (at alpha 0.01, ``u^100`` is below float64's
+    smallest number for u < 0.0008, and a row of zeros would normalize as 0/0)."""
     clients = torch.as_tensor(clients, dtype=torch.int64)
     k = torch.arange(num_classes)
     u_h = _open_uniform(seed, "partition_dirichlet", clients[:, None], k[None, :])
