@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from fedclust.data import dataset
+from fedclust.data.skew import partition_record
 from fedclust.dist import gather_rows
 from fedclust.engine.train import evaluate
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
@@ -171,12 +172,17 @@ def summarize(setup: RankSetup, history: list[dict], wall: float, process: float
     cfg = setup.cfg
     final = history[-1]
     best = max(history, key=lambda r: r["accuracy"])
+    pool = dataset(cfg.data).kind_of(cfg.data) == "pool"
+    d = cfg.data
     return {
         "algorithm": cfg.algorithm.name,
         "label": cfg.label or cfg.algorithm.name,
         "data": cfg.data.name,
         # data.clusters applies to a pool only (Synthetic's clusters, a file's clients, are their own)
-        "data_clusters": cfg.data.clusters if dataset(cfg.data).kind_of(cfg.data) == "pool" else None,
+        "data_clusters": cfg.data.clusters if pool else None,
+        # and so does data.partition: written for a pool only (a run on other data, the golden runs' Synthetic,
+        # records what it did before the key)
+        **(partition_record(d.partition, d.alpha, d.shards_per_client, d.quantity_skew) if pool else {}),
         "data_source": setup.data.source,
         "true_clusters": cfg.data.num_clusters if setup.data.clusters is not None else None,   # None: not known
         "model": setup.spec,

@@ -25,7 +25,7 @@ import torch
 
 from fedclust import checkpoint
 from fedclust.data.base import PoolDataSet
-from fedclust.errors import ConfigError, DataError
+from fedclust.errors import DataError, OutputError
 from fedclust.schema import Config
 
 FORMAT = "fedclust-export-1"
@@ -46,11 +46,11 @@ def read_run(run_dir: str | Path) -> tuple[Config, dict, Path]:
     """``(config, checkpoint payload, its path)`` of a run directory's newest checkpoint that reads back whole."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ConfigError("RUN_DIR", str(run_dir), "is not a directory: give a run directory (the run's out=)")
+        raise OutputError(f"{run_dir} is not a directory: give a run directory (the out= of a run)")
     found = checkpoint.newest(run_dir)
     if found is None:
-        raise ConfigError("RUN_DIR", str(run_dir), "holds no checkpoint that reads back whole "
-                          f"({checkpoint.directory(run_dir)}): run it (or run it again) to write one")
+        raise OutputError(f"{run_dir} holds no checkpoint that reads back whole ({checkpoint.directory(run_dir)}): "
+                          "run it (or run it again) to write one")
     path, payload = found
     return _run_config(payload["config"]), payload, path
 
@@ -121,8 +121,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     weights = payload["weights"].to(torch.float32)
     n, P = weights.shape
     if P != layout.numel:
-        raise ConfigError("RUN_DIR", str(run_dir), f"its checkpoint holds models of {P} numbers, the model {arch} "
-                          f"has {layout.numel} parameters: the model's definition changed since the run")
+        raise OutputError(f"{run_dir}: its checkpoint holds models of {P} numbers, the model {arch} has "
+                          f"{layout.numel} parameters: the model's definition changed since the run")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
@@ -189,7 +189,7 @@ def load_client_model(path: str | Path, client: int) -> torch.nn.Module:
         state = layout.views(weights[client])
     missing = module.load_state_dict({k: v.clone() for k, v in state.items()}, strict=False)
     if missing.missing_keys and any(k in dict(module.named_parameters()) for k in missing.missing_keys):
-        raise ConfigError("model", str(path), f"the saved model lacks parameters {missing.missing_keys}: its "
+        raise OutputError(f"{path}: the saved model lacks parameters {missing.missing_keys}: the model's "
                           "definition changed since the run")
     return module.eval()
 
@@ -205,7 +205,7 @@ def _built(spec: str, shape, classes: int, seed: int) -> torch.nn.Module:
 
 def _check_client(client: int, n: int) -> None:
     if not 0 <= int(client) < n:
-        raise ConfigError("client", client, f"the run has clients 0..{n - 1}")
+        raise OutputError(f"client {client}: the run has clients 0..{n - 1}")
 
 
 def evaluate_run(run_dir: str | Path, data: str | Path | None = None) -> dict:
@@ -228,8 +228,8 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None) -> dict:
     else:
         ds = dataset(cfg.data)
         if not isinstance(ds, PoolDataSet):
-            raise ConfigError("--data", str(data), f"the run's data set {cfg.data.name} makes its own inputs, so "
-                              "new data cannot be normalised as the run's: evaluate on the run's own data")
+            raise DataError(f"--data {data}: the run's data set {cfg.data.name} makes its own inputs, so new data "
+                            "cannot be normalised as the run's: evaluate on the run's own data")
         x, y, counts = _natural_test(Path(data), ds, cfg.data, n, shape, classes)
         where = str(data)
     acc, _ = evaluate(weights, layout, net, x, y, counts=counts)

@@ -4,10 +4,12 @@ algorithm's name unless set), one column per setting, each cell the mean ±
 sample standard deviation over the label's seeds in that setting.  A setting
 is everything that changes the numbers, read from each run's config.yaml:
 data set, cluster kind and number, clients, rounds, training examples per
-client and model; runs that differ in any of these are never averaged
-together.  A column is headed by its data setting ("fmnist, rotation 2",
-"synthetic, 4 clusters") followed by what differs from the paper's setting
-("fmnist, rotation 2, 8 clients, 2 rounds").  One table per metric: final
+client, model, and how the pool is split (data.partition and its keys,
+data.quantity_skew, data.cluster_sizes, data.rotations); runs that differ in
+any of these are never averaged together.  A column is headed by its data
+setting ("fmnist, rotation 2", "synthetic, 4 clusters"), the split where it
+is not iid ("dirichlet 0.1"), then what differs from the paper's setting
+("fmnist, rotation 2, dirichlet 0.1, 8 clients, 2 rounds").  One table per metric: final
 accuracy (with the paper's number beside ours only where the setting is
 exactly the paper's: the PANM paper's Table 2 for Fashion-MNIST with 2
 rotations, the FPFC paper's Table 1 for Synthetic with 4 clusters),
@@ -89,8 +91,8 @@ class Setting(NamedTuple):
     rounds: int | None
     train_size: int | None    # training examples per client
     model: str | None         # resolved: model=auto is the data set's default architecture
-    layout: str | None = None  # data.cluster_sizes / data.rotations when given ("sizes 70/20/5/5, angles ..."); None
-    #                            the default near-equal clusters and the papers' angles
+    layout: str | None = None  # data.partition, data.cluster_sizes, data.rotations when given ("dirichlet 0.1, sizes
+    #                            70/20/5/5, angles ..."); None: the iid split, near-equal clusters, the papers' angles
 
     @property
     def data_setting(self) -> tuple:
@@ -165,7 +167,9 @@ def load_run(d) -> dict:
     c = d / "config.yaml"
     if not c.is_file():   # hand-made or copied without it: only what summary.json says
         s["_setting"] = dict(clients=_int(s.get("clients")), rounds=_int(s.get("rounds_completed")),
-                             train_size=None, model=None)
+                             train_size=None, model=None,
+                             layout=partition_text(s.get("data_partition"), s.get("data_alpha"),
+                                                   s.get("data_shards_per_client"), s.get("data_quantity_skew")))
         s["_stage1_rounds"] = None
         return s
     try:
@@ -202,12 +206,33 @@ def load_run(d) -> dict:
     return s
 
 
+def partition_text(partition, alpha=None, shards_per_client=None, quantity_skew=None) -> str | None:
+    """A pool's split as a column's words: "dirichlet 0.1", "shards 2/client", then "quantity skew 1.5" where
+    the sizes are skewed; None for the iid split of equal sizes (the papers', and every run's before the key) or
+    where the run does not say."""
+    parts = []
+    if partition == "dirichlet":
+        parts.append(f"dirichlet {alpha:g}" if isinstance(alpha, (int, float)) else "dirichlet")
+    elif partition == "shards":
+        parts.append(f"shards {shards_per_client}/client" if shards_per_client is not None else "shards")
+    elif partition not in (None, "iid"):
+        parts.append(str(partition))
+    if isinstance(quantity_skew, (int, float)) and quantity_skew:
+        parts.append(f"quantity skew {quantity_skew:g}")
+    return ", ".join(parts) or None
+
+
 def layout_text(data: dict) -> str | None:
-    """``data.cluster_sizes`` and ``data.rotations`` of a run's config as a column's words ("sizes 70/20/5/5,
-    angles 0/180/10/350"); None where neither is given (the default layout)."""
+    """``data.partition`` (:func:`partition_text`), ``data.cluster_sizes`` and ``data.rotations`` of a run's
+    config as a column's words ("dirichlet 0.1, sizes 70/20/5/5, angles 0/180/10/350"); None where none is given
+    (the iid split and the default layout).  A key missing from config.yaml (written before it existed) had its
+    default."""
     def listed(values) -> str:
         return "/".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
-    parts = []
+    split = partition_text(data.get("partition", DataConfig.partition), data.get("alpha", DataConfig.alpha),
+                           data.get("shards_per_client", DataConfig.shards_per_client),
+                           data.get("quantity_skew", DataConfig.quantity_skew))
+    parts = [split] if split else []
     if data.get("cluster_sizes"):
         parts.append(f"sizes {listed(data['cluster_sizes'])}")
     if data.get("rotations"):
@@ -245,6 +270,8 @@ def setting(run: dict) -> Setting | None:
         kind = None          # the data set's own clusters, or the run says data.clusters did not apply
     else:
         kind = run.get("data_clusters") or "rotation"
+        if run["true_clusters"] == 1:
+            kind = "rotation"    # one cluster takes no transform: the same data whichever kind was named
     if run["true_clusters"] is None and kind is not None:
         return None          # a pool run that does not say its clusters
     rest = run.get("_setting") or dict(clients=_int(run.get("clients")), rounds=_int(run.get("rounds_completed")),
@@ -261,6 +288,8 @@ def setting_text(key: Setting | None) -> str:
     data, kind, k = key.data_setting
     if k is None:
         text = f"{data}, clusters unknown"
+    elif k == 1 and kind is not None:    # no transform: rotation and label swap alike
+        text = f"{data}, 1 cluster"
     else:
         text = f"{data}, {k} clusters" if kind is None else f"{data}, {kind.replace('_', ' ')} {k}"
     ref = reference(data)

@@ -47,6 +47,7 @@ SEED_LIMIT = 2**32
 
 # Choice fields: each a Literal, whose values check_choices accepts and fedclust check --keys lists.
 ClusterKind = Literal["rotation", "label_swap"]
+Partition = Literal["iid", "dirichlet", "shards"]   # fedclust.data.skew.PARTITIONS
 SyntheticInputs = Literal["client", "shared"]
 WandbMode = Literal["", "online", "offline", "disabled"]
 Engine = Literal["auto", "batched", "loop"]
@@ -81,11 +82,16 @@ class DataConfig:
     clusters: ClusterKind = option("rotation", "what sets image clusters apart: rotation or label_swap "
                                                "(synthetic: each cluster's own (W, b))",
         doc=("`rotation` or `label_swap` (Synthetic: each cluster has its own (W, b))"))
-    num_clusters: int = option(2, "latent clusters: 2 or 4 (rotation, label_swap); any >= 1 with data.rotations "
-                                  "or for synthetic",
-        doc=("2 or 4 (`rotation`, `label_swap`); any `>= 1` with `data.rotations` (one angle a cluster) "
-            "and for `synthetic`; a file of your own clients: the number of clusters in its `cluster` "
-            "array. `data.cluster_sizes` and `data.rotations` must give as many entries"))
+    num_clusters: int = option(2, "latent clusters, any >= 1 (1: no transform, plain federated learning); "
+                                  "rotation: evenly spaced angles 360/C*c unless data.rotations; label_swap: "
+                                  "the papers' pairs for 2 or 4, else a fixed permutation a cluster",
+        doc=("any number `>= 1`: `1` is plain federated learning (no transform); `rotation` turns cluster c of C "
+            "by `360°·c/C` (the papers' 0°/180° and 0°/90°/180°/270°) unless `data.rotations` gives each "
+            "cluster's angle; `label_swap` swaps the papers' label pairs for 2 or 4 clusters, and for any other "
+            "count keeps cluster 0's labels and relabels cluster c by a fixed permutation (see [Common "
+            "ground](algorithms.md#common-ground)); `synthetic`: each cluster its own (W, b); a file of your own "
+            "clients: the number of clusters in its `cluster` array. `data.cluster_sizes` and `data.rotations` "
+            "must give as many entries"))
     cluster_sizes: list[int] = option(help="clients of each cluster in order, contiguous blocks (cluster 0 the "
                                            "first ones): whole numbers >= 1, one a cluster (as many as "
                                            "data.num_clusters), summing to clients; []: near-equal blocks",
@@ -95,15 +101,15 @@ class DataConfig:
             "to `clients` (DAC's `[70,20,5,5]`); `[]`: near-equal blocks. Pools and `synthetic`; a file of "
             "your own clients has its own clusters. See [Common ground](algorithms.md#common-ground)"))
     rotations: list[float] = option(help="data.clusters=rotation: each cluster's angle in degrees, "
-                                         "counter-clockwise (as many as data.num_clusters, then any number); "
-                                         "multiples of 90 exact, other angles bilinear with zero fill; []: "
-                                         "0/180 (2 clusters) or 0/90/180/270 (4)",
+                                         "counter-clockwise (as many as data.num_clusters); multiples of 90 exact, "
+                                         "other angles bilinear with zero fill; []: evenly spaced, 360/C*c "
+                                         "(0/180 for 2 clusters, 0/90/180/270 for 4)",
                                     factory=list,
         doc=("`data.clusters=rotation`: each cluster's angle in degrees, counter-clockwise about the image "
-            "centre, one a cluster (as many as `data.num_clusters`, which may then be any number `>= 1`); "
-            "multiples of 90° are exact `rot90`s, other angles bilinear interpolation with zero fill (DAC's "
-            "`[0,180,10,350]`); `[]`: the papers' 0°/180° (2 clusters) or 0°/90°/180°/270° (4). See [Common "
-            "ground](algorithms.md#common-ground)"))
+            "centre, one a cluster (as many as `data.num_clusters`); multiples of 90° are exact `rot90`s, other "
+            "angles bilinear interpolation with zero fill (DAC's `[0,180,10,350]`); `[]`: evenly spaced, "
+            "`360°·c/C` for cluster c of C (the papers' 0°/180° for 2 clusters, 0°/90°/180°/270° for 4). See "
+            "[Common ground](algorithms.md#common-ground)"))
     train_size: int = option(200, "training samples per client (class-balanced)",
         doc=("training samples per client (class-balanced), `>= 1`; ignored by a file of your own "
             "clients"))
@@ -116,6 +122,36 @@ class DataConfig:
              "`> 0`: every record adds the validation accuracy and the summary each client's test accuracy at the "
              "round of its best validation accuracy (`best_validation_accuracy`, `best_validation_rounds`). See "
              "[Reports](reports.md#the-model-you-would-deploy)"))
+    partition: Partition = option("iid", "how a pool's examples are dealt to clients: iid (class-balanced), "
+                                         "dirichlet (label proportions from Dir(data.alpha)) or shards (McMahan "
+                                         "et al.'s: sorted by label, data.shards_per_client shards a client); "
+                                         "within each cluster, before its transform",
+        doc=("how a pool's examples are dealt to the clients, before each cluster's transform: `iid` "
+            "(class-balanced, the papers' split), `dirichlet` (each client's label proportions drawn from "
+            "Dir(`data.alpha`), Hsu et al.'s per-client draw) or `shards` (McMahan et al.'s pathological split: "
+            "the examples sorted by label, cut into `clients · data.shards_per_client` shards, "
+            "`data.shards_per_client` a client). Combines with any `data.clusters` and `data.num_clusters` "
+            "(`data.num_clusters=1`: plain federated learning). See [Partitions](algorithms.md#partitions-label-"
+            "and-quantity-skew)"))
+    alpha: float = option(0.5, "data.partition=dirichlet: the concentration of each client's label proportions, "
+                               "a finite number > 0 (small: a few classes a client; large: near iid)",
+        doc=("`data.partition=dirichlet`: the concentration alpha of each client's label proportions "
+            "Dir(alpha·1), a finite number `> 0` (0.1: mostly one or two classes a client; 100: near "
+            "class-balanced); refused with another partition"))
+    shards_per_client: int = option(2, "data.partition=shards: shards each client takes (McMahan et al.: 2), "
+                                       ">= 1 and at most data.train_size",
+        doc=("`data.partition=shards`: shards each client takes (McMahan et al.'s 2), `>= 1` and at most "
+            "`data.train_size` (a shard holds at least one example); refused with another partition"))
+    quantity_skew: float = option(0.0, "0: every client data.train_size training examples; a > 0: sizes from a "
+                                       "power law of tail exponent a (smaller a, more skew), mean data.train_size, "
+                                       "at least min(10, data.train_size) each",
+        doc=("`0`: every client holds `data.train_size` training examples; `a > 0` (finite): quantity skew, "
+            "each client's share of the examples above a floor in proportion to a Pareto draw of tail exponent "
+            "a (`P(x > s) = s^−a`: the smaller a, the more a few clients hold; at `a <= 1` one client may hold "
+            "most), each client at least `min(10, data.train_size)` (and `data.shards_per_client`), summing to "
+            "`clients · data.train_size` (with `data.share_images`, a client capped at the split's size); test "
+            "sets keep `data.test_size`. Any `data.partition`. See [Partitions](algorithms.md#partitions-label-"
+            "and-quantity-skew)"))
     share_images: bool = option(False, "allow one image on several clients (runs of thousands of clients)")
     download: bool = option(True, "let torchvision download a missing data set")
     path: str = option("", "data.name=npz: a .npz (or torch .pt) file of named arrays: x_train, y_train, x_test, "

@@ -137,9 +137,9 @@ def test_bad_cluster_sizes_are_refused():
     _refused(["data.num_clusters=4", "data.cluster_sizes=[6,2]"], "data.cluster_sizes", "data.num_clusters=2")
     _refused(["data.cluster_sizes=[4.5,3.5]"], "data.cluster_sizes", "whole numbers")
     _refused(["data.cluster_sizes=six"], "data.cluster_sizes", "data.cluster_sizes=[70,20,5,5]")
-    # rotation without angles defines 2 or 4 clusters: sizes alone do not make 3
-    _refused(["data.num_clusters=3", "data.cluster_sizes=[4,2,2]"], "data.num_clusters", "data.rotations")
-    _refused(["data.clusters=label_swap", "data.num_clusters=3", "data.cluster_sizes=[4,2,2]"], "data.num_clusters")
+    # any number of clusters: rotation by evenly spaced angles, label_swap by permutations
+    load_config(None, SMALL + ["data.num_clusters=3", "data.cluster_sizes=[4,2,2]"])
+    load_config(None, SMALL + ["data.clusters=label_swap", "data.num_clusters=3", "data.cluster_sizes=[4,2,2]"])
     _refused(["data.name=synthetic", "data.num_clusters=3", "data.cluster_sizes=[4,2,1]"], "data.cluster_sizes",
              "sums to 7")
     load_config(None, SMALL + ["data.cluster_sizes=[7,1]"])

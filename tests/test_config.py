@@ -126,12 +126,16 @@ OUT_OF_RANGE = {
     "data.root": ("[a, b]", []),
     "data.path": ("[a, b]", []),
     "data.clusters": ("shift", []),
-    "data.num_clusters": ("3", []),                 # rotation defines 2 or 4 clusters
+    "data.num_clusters": ("0", []),                 # at least one cluster
     "data.cluster_sizes": ("[5, 2]", []),           # sums to 7, not clients = 8
     "data.rotations": ("[0, 180, 90]", []),         # 3 angles for data.num_clusters = 2
     "data.validation": ("1.5", []),
     "data.train_size": ("0", []),
     "data.test_size": ("0", []),
+    "data.partition": ("pathological", []),
+    "data.alpha": ("0", ["data.partition=dirichlet"]),
+    "data.shards_per_client": ("0", ["data.partition=shards"]),
+    "data.quantity_skew": ("-1", []),
     "data.share_images": ("maybe", []),
     "data.download": ("maybe", []),
     "data.synthetic_alpha": ("-1", SYNTHETIC),

@@ -194,8 +194,8 @@ def test_check_data_sizes_without_reading():
     [
         (dict(name="svhn"), 10, "data.name"),
         (dict(clusters="shuffle"), 10, "data.clusters"),
-        (dict(num_clusters=3), 10, "data.num_clusters"),
-        (dict(clusters="label_swap", num_clusters=1), 10, "data.num_clusters"),
+        (dict(num_clusters=0), 10, "data.num_clusters"),
+        (dict(clusters="label_swap", num_clusters=0), 10, "data.num_clusters"),
         (dict(train_size=0), 10, "data.train_size"),
         (dict(test_size=-1), 10, "data.test_size"),
         (dict(num_clusters=4), 3, "clients"),

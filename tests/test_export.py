@@ -67,7 +67,7 @@ def test_a_user_models_client_comes_back_as_its_own_class(tmp_path):
     assert type(module).__name__ == "TabularNet" and not module.training
     flat = torch.cat([p.detach().flatten() for p in module.parameters()])
     assert torch.equal(flat, newest_weights(tmp_path / "u")[2])
-    with pytest.raises(fedclust.errors.ConfigError, match="clients 0..7"):
+    with pytest.raises(fedclust.errors.OutputError, match="clients 0..7"):
         fedclust.load_client_model(tmp_path / "ux", 8)
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from fedclust.data import registry
-from fedclust.data.base import DataSet, FederatedData, refuse_layout
+from fedclust.data.base import LAYOUT_KEYS, DataSet, FederatedData, refuse_layout
 from fedclust.data.partition import cluster_of_clients
 from fedclust.schema import DataConfig
 
@@ -37,7 +37,7 @@ def check_data(cfg: DataConfig, num_clients: int) -> None:
     and the fix, or DataError for a bad data file)."""
     ds = dataset(cfg)
     ds.check(cfg, num_clients)   # a data set's own words first; then what it would ignore
-    refuse_layout(cfg, tuple(f for f in ("cluster_sizes", "rotations") if f not in ds.layout_keys),
+    refuse_layout(cfg, tuple(f for f in LAYOUT_KEYS if f not in ds.layout_keys),
                   f"data set {cfg.name!r} does not apply it (its clients and clusters are its own)")
 
 

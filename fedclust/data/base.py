@@ -9,9 +9,11 @@ file's on the file), how it is checked (``check``: reading no image where it
 can) and how it is loaded (``load``).  Two kinds:
 
 - ``pool`` (:class:`PoolDataSet`): a labelled pool (train and test splits)
-  split over the clients, class-balanced (:mod:`fedclust.data.partition`),
-  and transformed per cluster by ``data.clusters`` (rotation, label_swap;
-  ``data.rotations``: each cluster's angle).  A subclass declares only its
+  split over the clients, class-balanced (:mod:`fedclust.data.partition`) or
+  with the label and quantity skew of ``data.partition`` and
+  ``data.quantity_skew`` (:mod:`fedclust.data.skew`), and transformed per
+  cluster by ``data.clusters`` (rotation, label_swap; ``data.rotations``:
+  each cluster's angle).  A subclass declares only its
   splits (``raw``), its normalisation and, to check sizes without reading
   images, its class counts.
 - ``client``: the data comes per client (Synthetic's generator, a naturally
@@ -33,19 +35,26 @@ import torch
 
 from fedclust.data.partition import (
     LABEL_SWAPS,
-    ROTATION_QUARTERS,
     class_demand,
     cluster_of_clients,
     federated_indices,
     max_per_client,
+    repeated_label_tables,
     rotate,
+    rotation_angles,
     swap_labels,
 )
+from fedclust.data.skew import PARTITIONS, ClientSplit, skewed, skewed_indices
 from fedclust.errors import ConfigError
 from fedclust.schema import DataConfig
 
 CLUSTER_KINDS = ("rotation", "label_swap")
 KINDS = ("pool", "client")
+# the keys of how a pool is split over the clients and transformed: a data set that gives each client's data
+# itself (Synthetic's generator, a file of your own clients) takes none but those it declares (layout_keys)
+LAYOUT_KEYS = ("cluster_sizes", "rotations", "partition", "alpha", "shards_per_client", "quantity_skew")
+# the keys each partition reads besides data.partition: one given to another partition is refused
+PARTITION_KEYS = {"iid": (), "dirichlet": ("alpha",), "shards": ("shards_per_client",)}
 
 
 class StoredInputs:
@@ -205,13 +214,60 @@ def check_rotations(cfg: DataConfig) -> None:
                           f"{cfg.num_clusters} angles")
 
 
+def _default(field: str):
+    """``data.<field>``'s default."""
+    return getattr(DataConfig(), field)
+
+
+def given(cfg: DataConfig, field: str) -> bool:
+    """Whether ``data.<field>`` differs from its default (a list: holds anything).  A key set to its default
+    cannot be told from one left out."""
+    value = getattr(cfg, field)
+    return not _unset(value) if isinstance(value, (list, tuple)) else value != _default(field)
+
+
 def refuse_layout(cfg: DataConfig, fields: tuple[str, ...], why: str) -> None:
-    """Refuse ``data.cluster_sizes`` / ``data.rotations`` (those of ``fields``) when given to a data set that
-    does not take them, saying ``why``."""
+    """Refuse the keys of ``fields`` (of :data:`LAYOUT_KEYS`) given to a data set that does not take them,
+    saying ``why``."""
     for field in fields:
-        value = getattr(cfg, field)
-        if not _unset(value):
-            raise ConfigError(f"data.{field}", value, f"{why}: drop data.{field} (leave it [])")
+        if given(cfg, field):
+            default = _default(field)
+            raise ConfigError(f"data.{field}", getattr(cfg, field),
+                              f"{why}: drop data.{field} (leave it at its default, {default})")
+
+
+def check_partition(cfg: DataConfig) -> None:
+    """``data.partition`` one of :data:`~fedclust.data.skew.PARTITIONS`, its own keys in range, and no key of
+    another partition given (``data.alpha`` without dirichlet, ``data.shards_per_client`` without shards);
+    ``data.quantity_skew`` 0 or a finite number > 0.  The sizes are checked by :meth:`PoolDataSet.check`."""
+    if cfg.partition not in PARTITIONS:
+        raise ConfigError("data.partition", cfg.partition, f"use one of {', '.join(PARTITIONS)} (docs/algorithms.md, "
+                          "\"Partitions\")")
+    for part, keys in PARTITION_KEYS.items():
+        for field in keys:
+            if part != cfg.partition and given(cfg, field):
+                raise ConfigError(f"data.{field}", getattr(cfg, field),
+                                  f"data.{field} applies to data.partition={part} only, but data.partition="
+                                  f"{cfg.partition}: drop data.{field}, or set data.partition={part}")
+    alpha = cfg.alpha
+    if not _angle(alpha) or alpha <= 0:
+        raise ConfigError("data.alpha", alpha, "the Dirichlet concentration must be a finite number > 0 (0.1: a "
+                          "client holds mostly one or two classes; 100: nearly class-balanced; the default: 0.5)")
+    s = cfg.shards_per_client
+    if not _whole(s) or s < 1:
+        raise ConfigError("data.shards_per_client", s, "use a whole number >= 1 (McMahan et al.: 2)")
+    if cfg.partition == "shards" and _whole(cfg.train_size) and s > cfg.train_size:
+        raise ConfigError("data.shards_per_client", s, f"each of a client's shards holds at least one of its "
+                          f"data.train_size={cfg.train_size} examples: use at most {cfg.train_size} shards, or raise "
+                          "data.train_size")
+    if cfg.partition == "shards" and cfg.share_images:
+        raise ConfigError("data.share_images", True, "data.partition=shards cuts the training split itself into "
+                          "shards, each on one client: set data.share_images=false (and data.train_size so that "
+                          "clients x data.train_size fit the split)")
+    a = cfg.quantity_skew
+    if not _angle(a) or a < 0:
+        raise ConfigError("data.quantity_skew", a, "use 0 (every client data.train_size examples) or the power "
+                          "law's exponent, a finite number > 0 (smaller: more skew; e.g. 1.5)")
 
 
 class DataSet:
@@ -230,8 +286,8 @@ class DataSet:
     takes_argument: ClassVar[bool] = False
     argument_help: ClassVar[str] = ""       # what the argument is, as shown in names(): torchvision:NAME
     argument_example: ClassVar[str] = ""    # one, for error messages: KMNIST
-    # data.cluster_sizes / data.rotations it applies (check_data refuses the others, so a data set that applies
-    # neither, a plug-in's own clients say, never ignores them)
+    # the keys of LAYOUT_KEYS it applies (data.cluster_sizes, data.rotations, data.partition, ...; check_data refuses
+    # the others, so a data set that applies none, a plug-in's own clients say, never ignores them)
     layout_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, argument: str | None = None):
@@ -272,7 +328,7 @@ class PoolDataSet(DataSet):
     """A labelled pool split over clients and transformed per cluster (fmnist's way)."""
 
     kind = "pool"
-    layout_keys = ("cluster_sizes", "rotations")
+    layout_keys = LAYOUT_KEYS
     shape: ClassVar[tuple[int, ...]] = ()
     classes: ClassVar[int] = 10
     mean: ClassVar[tuple[float, ...]] = ()
@@ -332,28 +388,45 @@ class PoolDataSet(DataSet):
                 "clients", num_clients, f"use at least data.num_clusters={cfg.num_clusters} clients"
             )
         self.check_transform(cfg)
+        check_partition(cfg)
         have = self.class_counts(cfg)
-        self._check_size(cfg, num_clients, "data.train_size", cfg.train_size, torch.tensor(have[0]), "train")
-        self._check_size(cfg, num_clients, "data.test_size", cfg.test_size, torch.tensor(have[1]), "test")
+        if not skewed(cfg.partition, cfg.quantity_skew):
+            self._check_size(cfg, num_clients, "data.train_size", cfg.train_size, torch.tensor(have[0]), "train")
+            self._check_size(cfg, num_clients, "data.test_size", cfg.test_size, torch.tensor(have[1]), "test")
+            return
+        self._check_total(cfg, num_clients, sum(have[0]))
+        if cfg.partition == "iid":     # balanced test sets, as the iid split's
+            self._check_size(cfg, num_clients, "data.test_size", cfg.test_size, torch.tensor(have[1]), "test")
+        elif cfg.test_size > sum(have[1]):
+            raise ConfigError("data.test_size", cfg.test_size, f"a client's test set takes distinct examples of "
+                              f"{self.full_name}'s test split, which has {sum(have[1])}: use at most {sum(have[1])}")
+
+    def _check_total(self, cfg: DataConfig, num_clients: int, total: int) -> None:
+        """The training sizes of a skewed split (fedclust.data.skew): distinct examples across clients need
+        ``clients · data.train_size`` of the split; shared ones (data.share_images) ``data.train_size`` a
+        client (a power-law size is capped at the split's size)."""
+        if cfg.share_images:
+            if cfg.train_size > total:
+                raise ConfigError("data.train_size", cfg.train_size, f"a client's examples are distinct within it, "
+                                  f"and {self.full_name}'s training split has {total}: use at most {total}")
+            return
+        if num_clients * cfg.train_size > total:
+            shared = "" if cfg.partition == "shards" else ", or set data.share_images=true to let clients share images"
+            raise ConfigError("data.train_size", cfg.train_size,
+                              f"{num_clients} clients x {cfg.train_size} examples need {num_clients * cfg.train_size}"
+                              f" distinct examples but {self.full_name}'s training split has {total}: use at most "
+                              f"{total // num_clients} per client, fewer clients{shared}")
 
     def check_cluster_count(self, cfg: DataConfig) -> None:
-        """``data.num_clusters``: any whole number >= 1 when ``data.rotations`` gives each cluster's angle,
-        else one the transform defines (2 or 4)."""
-        if cfg.clusters == "rotation" and not _unset(cfg.rotations):
-            positive_int("data.num_clusters", cfg.num_clusters)
-            return
-        allowed = sorted(ROTATION_QUARTERS if cfg.clusters == "rotation" else LABEL_SWAPS)
-        if cfg.num_clusters not in allowed:
-            other = ("; for another number give each cluster's angle in data.rotations"
-                     if cfg.clusters == "rotation" else "")
-            raise ConfigError(
-                "data.num_clusters", cfg.num_clusters,
-                f"{cfg.clusters} defines {' or '.join(map(str, allowed))} clusters (docs/algorithms.md){other}",
-            )
+        """``data.num_clusters``: any whole number >= 1 (one: no transform; rotation: evenly spaced angles
+        unless ``data.rotations`` gives them; label_swap: the papers' pairs for 2 or 4, else permutations)."""
+        positive_int("data.num_clusters", cfg.num_clusters)
 
     def check_transform(self, cfg: DataConfig) -> None:
         """Refuse a cluster transform the inputs or labels cannot take."""
         if cfg.clusters == "rotation":
+            if all(a % 360.0 == 0.0 for a in rotation_angles(cfg.num_clusters, cfg.rotations)):
+                return               # nothing turns (one cluster, or every angle 0): any input shape
             shape = self.input_shape(cfg)
             if len(shape) != 3 or shape[1] != shape[2]:
                 raise ConfigError(
@@ -361,8 +434,9 @@ class PoolDataSet(DataSet):
                     f"rotation needs square image inputs [channels, H, W] but {self.full_name}'s inputs have shape "
                     f"{list(shape)}; use data.clusters=label_swap, or give the images as [N, channels, H, W] "
                     "with H = W")
-        else:
-            k = self.num_classes(cfg)
+            return
+        k = self.num_classes(cfg)
+        if cfg.num_clusters in LABEL_SWAPS:
             pairs = LABEL_SWAPS[cfg.num_clusters]
             need = 1 + max(max(p) for p in pairs)
             if k < need:
@@ -370,6 +444,14 @@ class PoolDataSet(DataSet):
                     "data.clusters", "label_swap",
                     f"label_swap with {cfg.num_clusters} clusters swaps the label pairs {list(pairs)} and needs at "
                     f"least {need} classes, but {self.full_name} has {k}; use data.clusters=rotation")
+            return
+        same = repeated_label_tables(cfg.num_clusters, k)
+        if same is not None:
+            raise ConfigError(
+                "data.num_clusters", cfg.num_clusters,
+                f"label_swap with {cfg.num_clusters} clusters relabels each cluster by its own permutation of "
+                f"{self.full_name}'s {k} classes (docs/algorithms.md), but clusters {same[0]} and {same[1]} draw the "
+                "same one, so they would be one task; use fewer clusters, or data.clusters=rotation")
 
     def _check_size(self, cfg: DataConfig, num_clients: int, field: str, size: int, have: torch.Tensor,
                     split: str) -> None:
@@ -404,19 +486,20 @@ class PoolDataSet(DataSet):
         k = self.num_classes(cfg)
         clusters = cluster_of_clients(num_clients, cfg.num_clusters, cfg.cluster_sizes)
         held = clusters[ids]
-        train_idx, test_idx = federated_indices(
-            raw.train_y, raw.test_y, num_clients, cfg.train_size, cfg.test_size, seed, cfg.share_images,
-            num_classes=k,
-        )
+        rows, counts = self.client_rows(cfg, raw, num_clients, seed, ids)
         xs: list[torch.Tensor | StoredInputs] = []
         ys: list[torch.Tensor] = []
-        for images, labels, idx in ((raw.train_x, raw.train_y, train_idx), (raw.test_x, raw.test_y, test_idx)):
-            x = images[idx[ids]].to(device)                          # [C, m, *shape] as stored
-            y = labels[idx[ids]].to(device)
+        for images, labels, (idx, real) in zip((raw.train_x, raw.test_x), (raw.train_y, raw.test_y), rows):
+            x = images[idx].to(device)                               # [C, m, *shape] as stored
+            y = labels[idx].to(device)
             if cfg.clusters == "rotation":
                 x = rotate(x, held.to(device), cfg.num_clusters, cfg.rotations)   # as stored: uint8 stays uint8
             else:
                 y = swap_labels(y, held.to(device), cfg.num_clusters, k)
+            if real is not None:                                     # padding: x = 0, y = 0 as stored
+                keep = real.to(device)
+                x = x * keep.reshape(keep.shape + (1,) * (x.dim() - 2)).to(x.dtype)
+                y = y * keep.to(y.dtype)
             x = x.contiguous()
             xs.append(StoredInputs(x, functools.partial(self.normalize, cfg)) if x.dtype == torch.uint8
                       else self.normalize(cfg, x).contiguous())
@@ -426,4 +509,31 @@ class PoolDataSet(DataSet):
             train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
             clusters=clusters.to(device), client_ids=ids.to(device),
             input_shape=self.input_shape(cfg), num_classes=k, source=raw.source,
+            train_counts=None if counts[0] is None else counts[0].to(device),
+            test_counts=None if counts[1] is None else counts[1].to(device),
         )
+
+    def client_rows(self, cfg: DataConfig, raw: RawData, num_clients: int, seed: int, ids: torch.Tensor):
+        """``([(index, real) of train, of test], [train counts, test counts])`` of the clients ``ids``: indices
+        ``[C, W]`` into each split, ``real`` the positions holding an example (None: all), ``counts`` [C] the
+        examples each holds (None where every client of all holds W).  iid without quantity skew: today's
+        class-balanced split (:func:`fedclust.data.partition.federated_indices`, bit for bit); else
+        :func:`fedclust.data.skew.skewed_indices`."""
+        k = self.num_classes(cfg)
+        if not skewed(cfg.partition, cfg.quantity_skew):
+            train_idx, test_idx = federated_indices(
+                raw.train_y, raw.test_y, num_clients, cfg.train_size, cfg.test_size, seed, cfg.share_images,
+                num_classes=k,
+            )
+            return [(train_idx[ids], None), (test_idx[ids], None)], [None, None]
+        splits: tuple[ClientSplit, ClientSplit] = skewed_indices(
+            raw.train_y, raw.test_y, num_clients, seed, num_classes=k, partition=cfg.partition,
+            train_size=cfg.train_size, test_size=cfg.test_size, alpha=cfg.alpha,
+            shards_per_client=cfg.shards_per_client, quantity_skew=cfg.quantity_skew, share=cfg.share_images)
+        rows, counts = [], []
+        for split in splits:
+            index, real = split.rows(ids)
+            same = bool((split.sizes == index.shape[1]).all())      # over all clients: the same on every process
+            rows.append((index, None if same else real))
+            counts.append(None if same else split.sizes[ids])
+        return rows, counts

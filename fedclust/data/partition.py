@@ -16,10 +16,13 @@ clients as little as the slots allow.  The whole assignment is computed for
 all clients, so it never depends on which clients a process holds.
 
 Transforms (docs/algorithms.md): rotation of each cluster's images by its
-angle (``data.rotations``; by default the papers' 0°/180° or 0°/90°/180°/270°),
-by exact ``torch.rot90`` on (H, W) for multiples of 90°, else by bilinear
+angle (``data.rotations``; by default ``360°·c/C`` for cluster c of C: the
+papers' 0°/180° or 0°/90°/180°/270°, none with one cluster), by exact
+``torch.rot90`` on (H, W) for multiples of 90°, else by bilinear
 interpolation about the image centre with zero fill; label swaps by a
-per-cluster lookup table.  Clients sit in contiguous cluster blocks:
+per-cluster lookup table (the papers' swapped pairs for 2 or 4 clusters,
+else the identity for cluster 0 and a fixed pseudo-random permutation for
+each other cluster).  Clients sit in contiguous cluster blocks:
 ``data.cluster_sizes`` clients each when given, else near-equal.
 """
 
@@ -30,12 +33,14 @@ from collections.abc import Sequence
 
 import torch
 
+from fedclust import rng
 from fedclust.errors import DataError
 
-# quarter turns (counter-clockwise, torch.rot90 on dims (H, W)) of each cluster
-ROTATION_QUARTERS = {2: (0, 2), 4: (0, 1, 2, 3)}
-# label pairs swapped by each cluster
+# label pairs swapped by each cluster: the papers' label_swap settings (2 or 4 clusters)
 LABEL_SWAPS = {2: ((0, 1), (6, 7)), 4: ((0, 1), (2, 3), (4, 5), (6, 7))}
+# the key of the other counts' label permutations: fixed (not the run's seed), so that a cluster's labelling is
+# part of the data setting, the same in every run, as a rotation's angle is
+LABEL_PERMUTATION_SEED = 0
 
 
 # images a bilinear rotation turns in one call at most (times their pixels: at most ROTATE_CHUNK_VALUES values),
@@ -200,13 +205,16 @@ def federated_indices(
 
 def rotation_angles(num_clusters: int, rotations: Sequence[float] = ()) -> tuple[float, ...]:
     """Each cluster's angle in degrees, counter-clockwise: ``rotations`` when
-    given (one a cluster), else the papers' quarter turns of
-    :data:`ROTATION_QUARTERS` (0°, 180°; or 0°, 90°, 180°, 270°)."""
+    given (one a cluster), else evenly spaced, ``360·c/C`` for cluster c of
+    C (the papers' 0°, 180°; or 0°, 90°, 180°, 270°; 0° alone for one
+    cluster: no rotation)."""
     if len(rotations):
         if len(rotations) != num_clusters:
             raise ValueError(f"{len(rotations)} rotations for {num_clusters} clusters")
         return tuple(float(a) for a in rotations)
-    return tuple(90.0 * q for q in ROTATION_QUARTERS[num_clusters])
+    if num_clusters < 1:
+        raise ValueError(f"need num_clusters >= 1, got {num_clusters}")
+    return tuple(360.0 * c / num_clusters for c in range(num_clusters))
 
 
 def quarter_turns(angle: float) -> int | None:
@@ -258,11 +266,40 @@ def rotate(x: torch.Tensor, clusters: torch.Tensor, num_clusters: int,
 
 
 def label_tables(num_clusters: int, num_classes: int) -> torch.Tensor:
-    """[num_clusters, K] new label of each old label, per cluster (docs/algorithms.md)."""
+    """[num_clusters, K] new label of each old label, per cluster (docs/algorithms.md): for 2 or 4
+    clusters the papers' swapped pairs of :data:`LABEL_SWAPS` (cluster c swaps its pair, the others
+    unchanged); for any other count cluster 0 keeps its labels and cluster c >= 1 relabels by
+    :func:`label_permutation` (one cluster: no relabelling)."""
     table = torch.arange(num_classes).repeat(num_clusters, 1)
-    for cluster, (a, b) in enumerate(LABEL_SWAPS[num_clusters]):
-        table[cluster, a], table[cluster, b] = b, a
+    if num_clusters in LABEL_SWAPS:
+        for cluster, (a, b) in enumerate(LABEL_SWAPS[num_clusters]):
+            table[cluster, a], table[cluster, b] = b, a
+        return table
+    for cluster in range(1, num_clusters):   # clusters, not clients
+        table[cluster] = label_permutation(cluster, num_classes)
     return table
+
+
+def label_permutation(cluster: int, num_classes: int) -> torch.Tensor:
+    """[K] the new label of each label in cluster ``cluster`` (label_swap with a cluster count other than 2 or
+    4): the permutation that sorts K uniform keys of :mod:`fedclust.rng` keyed on (the fixed
+    :data:`LABEL_PERMUTATION_SEED`, stream ``label_swap``, the cluster), so the same in every run and for every
+    cluster count.  Two clusters may draw the same permutation (likely only with few classes):
+    :func:`repeated_label_tables` finds them, and the data check refuses such a count."""
+    keys = rng.uniform(LABEL_PERMUTATION_SEED, 0, "label_swap", cluster, torch.arange(num_classes))
+    return torch.argsort(keys, stable=True)
+
+
+def repeated_label_tables(num_clusters: int, num_classes: int) -> tuple[int, int] | None:
+    """The first two clusters ``(a, b)`` whose labellings of :func:`label_tables` are the same, None when
+    all differ."""
+    table = label_tables(num_clusters, num_classes)
+    first: dict[tuple[int, ...], int] = {}
+    for cluster, row in enumerate(table.tolist()):   # clusters, not clients
+        if tuple(row) in first:
+            return first[tuple(row)], cluster
+        first[tuple(row)] = cluster
+    return None
 
 
 def swap_labels(y: torch.Tensor, clusters: torch.Tensor, num_clusters: int, num_classes: int) -> torch.Tensor:

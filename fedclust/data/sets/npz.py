@@ -40,7 +40,14 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from fedclust.data.base import FederatedData, PoolDataSet, RawData, check_cluster_kind, refuse_layout
+from fedclust.data.base import (
+    LAYOUT_KEYS,
+    FederatedData,
+    PoolDataSet,
+    RawData,
+    check_cluster_kind,
+    refuse_layout,
+)
 from fedclust.data.registry import register
 from fedclust.errors import ConfigError, DataError
 from fedclust.schema import DataConfig
@@ -291,9 +298,9 @@ class Npz(PoolDataSet):
             super().check(cfg, num_clients)
             return
         check_cluster_kind(cfg)
-        refuse_layout(cfg, ("cluster_sizes", "rotations"),
+        refuse_layout(cfg, LAYOUT_KEYS,
                       f"{a.source} holds your own clients (client_train, client_test), which keep their own "
-                      "clusters (the file's 'cluster' array, if any) and take no transform")
+                      "examples and clusters (the file's 'cluster' array, if any) and take no transform")
         n = a.num_clients
         if num_clients != n:
             raise ConfigError("clients", num_clients, f"{a.source} holds {n} clients (ids 0..{n - 1} in client_train "
