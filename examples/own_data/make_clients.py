@@ -21,13 +21,17 @@ import numpy as np
 
 
 def make(clients: int, clusters: int, train: int, test: int, dim: int, classes: int, unequal: bool,
-         seed: int) -> dict:
+         seed: int, fresh_test: int = 0) -> dict:
+    """The arrays; with ``fresh_test`` > 0 also ``fresh`` (x_test, y_test, client_test of that many new test
+    examples a client, from the same rules and client means, drawn from another generator)."""
     rng = np.random.default_rng(seed)
     rules = rng.normal(size=(clusters, dim, classes))                 # each cluster's labelling
     cluster = np.arange(clients) * clusters // clients                # contiguous blocks
     parts = {"train": ([], [], []), "test": ([], [], [])}
+    shifts = []
     for c in range(clients):
         shift = rng.normal(scale=0.5, size=dim)                       # each client's own input mean
+        shifts.append(shift)
         for split, full in (("train", train), ("test", test)):
             m = int(rng.integers((full + 1) // 2, full + 1)) if unequal else full
             x = rng.normal(size=(m, dim)) + shift
@@ -41,6 +45,12 @@ def make(clients: int, clusters: int, train: int, test: int, dim: int, classes: 
         out[f"x_{split}"] = np.concatenate(xs)
         out[f"y_{split}"] = np.concatenate(ys)
         out[f"client_{split}"] = np.concatenate(owner)
+    if fresh_test:
+        new = np.random.default_rng([seed, 1])
+        x = np.concatenate([new.normal(size=(fresh_test, dim)) + shifts[c] for c in range(clients)])
+        owner = np.repeat(np.arange(clients), fresh_test)
+        y = np.argmax(np.einsum("nd,ndk->nk", x, rules[cluster[owner]]), axis=1)
+        out["fresh"] = {"x_test": x.astype(np.float32), "y_test": y.astype(np.int64), "client_test": owner}
     return out
 
 
@@ -56,8 +66,14 @@ def main() -> None:
     p.add_argument("--unequal", action="store_true", help="clients hold different numbers of examples")
     p.add_argument("--no-clusters", action="store_true", help="leave out the true clusters")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fresh-test", metavar="FILE", help="also write new test examples of the same clients (as "
+                   "many a client as --test) to FILE, for fedclust evaluate RUN_DIR --data FILE")
     a = p.parse_args()
-    arrays = make(a.clients, a.clusters, a.train, a.test, a.dim, a.classes, a.unequal, a.seed)
+    arrays = make(a.clients, a.clusters, a.train, a.test, a.dim, a.classes, a.unequal, a.seed,
+                  fresh_test=a.test if a.fresh_test else 0)
+    if a.fresh_test:
+        np.savez(a.fresh_test, **arrays.pop("fresh"))
+        print(f"wrote {a.fresh_test}: {a.test} new test examples for each of the {a.clients} clients")
     if a.no_clusters:
         del arrays["cluster"]
     np.savez(a.out, **arrays)
