@@ -39,7 +39,7 @@ import yaml
 from fedclust import upgrade
 from fedclust.algorithms import registry
 from fedclust.errors import CheckpointError, ConfigError
-from fedclust.models import file_sha256, model_name, model_source
+from fedclust.models import file_sha256, model_fingerprint, model_name, model_source, model_spec
 from fedclust.outputs import RUN_FILES
 from fedclust.peers import pack_bits, unpack_bits  # noqa: F401  (how checkpoints hold bool masks)
 from fedclust.rank import RankSetup
@@ -271,18 +271,34 @@ def _not_continuable(p: Path, config_dict: dict, sections: tuple[str, ...]) -> s
 
 def input_files(cfg) -> dict:
     """The files a run reads besides its config, by the key that names them:
-    a user model's source file, a data file; each as {path, sha256}."""
-    files = {"model": model_source(model_name(cfg)),
+    a user model's source file, a data file; each as {path, sha256}, the
+    model's with its ``fingerprint`` too (:func:`fedclust.models.model_fingerprint`:
+    its definition in the file and its parameters' names and shapes)."""
+    spec = model_name(cfg)
+    files = {"model": model_source(spec),
              "data.path": str(Path(cfg.data.path).resolve()) if cfg.data.path else None}
-    return {key: {"path": path, "sha256": file_sha256(path)} for key, path in files.items()
-            if path and Path(path).is_file()}
+    out = {key: {"path": path, "sha256": file_sha256(path)} for key, path in files.items()
+           if path and Path(path).is_file()}
+    if "model" in out:
+        _, shape, classes = model_spec(cfg)
+        out["model"]["fingerprint"] = model_fingerprint(spec, shape, classes)
+    return out
 
 
 def changed_inputs(saved: dict, now: dict) -> str | None:
     """Why a checkpoint's input files (:func:`input_files` then) do not match
-    today's; None when every file it read is unchanged."""
+    today's; None when every file it read is unchanged.  A model is compared
+    by its fingerprint (its definition and shapes: an edit elsewhere in its
+    file continues the run); a checkpoint written before fingerprints were
+    kept holds only the file's SHA-256, and is compared by it, as then."""
     for key, then in saved.items():
         got = now.get(key)
+        if got is not None and "fingerprint" in then and "fingerprint" in got:
+            if got["fingerprint"] == then["fingerprint"]:
+                continue
+            return (f"{key}: the model in {then['path']} changed since the checkpoint was written (its definition, "
+                    f"what it uses in the file, or its parameter shapes: fingerprint {then['fingerprint'][:12]}... "
+                    f"-> {got['fingerprint'][:12]}...)")
         if got is None or got["sha256"] != then["sha256"]:
             what = "is gone" if got is None else (f"changed (sha256 {then['sha256'][:12]}... -> "
                                                   f"{got['sha256'][:12]}...)")

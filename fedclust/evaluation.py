@@ -187,6 +187,12 @@ def summarize(setup: RankSetup, history: list[dict], wall: float, process: float
         "true_clusters": cfg.data.num_clusters if setup.data.clusters is not None else None,   # None: not known
         "model": setup.spec,
         **model_record(setup.spec, setup.layout.numel, setup.arch),
+        # what a run on a file reads, hashed once at start-up (checkpoint.input_files), only where there is one: a
+        # user model's fingerprint (its definition and shapes), data.path's SHA-256; fedclust report keeps apart
+        # runs that differ in either
+        **({"model_fingerprint": setup.inputs["model"]["fingerprint"]}
+           if "fingerprint" in setup.inputs.get("model", {}) else {}),
+        **({"data_sha256": setup.inputs["data.path"]["sha256"]} if "data.path" in setup.inputs else {}),
         "clients": cfg.clients,
         "rounds": cfg.rounds,
         "stage1_rounds": setup.stage1_end,

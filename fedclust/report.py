@@ -2,14 +2,18 @@
 as the PANM paper's Tables 2-3: one row per label (the run's ``label``, its
 algorithm's name unless set), one column per setting, each cell the mean ±
 sample standard deviation over the label's seeds in that setting.  A setting
-is everything that changes the numbers, read from each run's config.yaml:
-data set, cluster kind and number, clients, rounds, training examples per
-client, model, and how the pool is split (data.partition and its keys,
-data.quantity_skew, data.cluster_sizes, data.rotations); runs that differ in
-any of these are never averaged together.  A column is headed by its data
-setting ("fmnist, rotation 2", "synthetic, 4 clusters"), the split where it
-is not iid ("dirichlet 0.1"), then what differs from the paper's setting
-("fmnist, rotation 2, dirichlet 0.1, 8 clients, 2 rounds").  One table per metric: final
+is everything that changes the numbers, read from each run's config.yaml
+and summary.json: data set, cluster kind and number, clients, rounds,
+training examples per client, model, how the pool is split (data.partition
+and its keys, data.quantity_skew, data.cluster_sizes, data.rotations), the
+data file (data.path's SHA-256), data.options and a user model's
+fingerprint; runs that differ in any of these are never averaged together.
+A column is headed by its data setting ("fmnist, rotation 2", "synthetic, 4
+clusters"), the split where it is not iid ("dirichlet 0.1"), then what
+differs from the paper's setting ("fmnist, rotation 2, dirichlet 0.1, 8
+clients, 2 rounds") and what tells it apart from the report's other
+settings of its data set ("npz, rotation 2, npz a1b2c3d4", "fmnist, rotation
+2, model my_model.py:Net (5e6f7a8b)").  One table per metric: final
 accuracy (with the paper's number beside ours only where the setting is
 exactly the paper's: the PANM paper's Table 2 for Fashion-MNIST with 2
 rotations, the FPFC paper's Table 1 for Synthetic with 4 clusters),
@@ -93,6 +97,10 @@ class Setting(NamedTuple):
     model: str | None         # resolved: model=auto is the data set's default architecture
     layout: str | None = None  # data.partition, data.cluster_sizes, data.rotations when given ("dirichlet 0.1, sizes
     #                            70/20/5/5, angles ..."); None: the iid split, near-equal clusters, the papers' angles
+    data_file: str | None = None   # data.path's SHA-256 (summary.json's data_sha256); None: no file, or not recorded
+    options: str | None = None     # data.options as "split=balanced"; None: none (or not recorded: no config.yaml)
+    model_id: str | None = None    # a user model's fingerprint (else its file's SHA-256, older runs); None: a
+    #                                built-in, or not recorded
 
     @property
     def data_setting(self) -> tuple:
@@ -195,11 +203,15 @@ def load_run(d) -> dict:
         return x
 
     model = cfg.get("model", Config.model)
+    options = data.get("options") or {}
+    if not isinstance(options, dict):
+        raise ReportError(f"{c}: data.options is {options!r}, not a mapping; restore the value the run used or "
+                          f"move the run away")
     s["_setting"] = dict(clients=whole(cfg, "clients", Config.clients, "clients"),
                          rounds=whole(cfg, "rounds", Config.rounds, "rounds"),
                          train_size=whole(data, "train_size", DataConfig.train_size, "data.train_size"),
                          model=default_arch(s["data"]) if model == "auto" else str(model),
-                         layout=layout_text(data))
+                         layout=layout_text(data), options=options_text(options) or None)
     algorithm = (cfg.get("algorithm") or {}).get("name", s.get("algorithm"))
     s["_stage1_rounds"] = figures.stage_one_rounds(algorithm, whole(cfg, "stage1_rounds", Config.stage1_rounds,
                                                                     "stage1_rounds"))
@@ -240,6 +252,13 @@ def layout_text(data: dict) -> str | None:
     return ", ".join(parts) or None
 
 
+def options_text(options: dict) -> str:
+    """``data.options`` as a column's words: ``split=balanced`` (keys in order; "" for none)."""
+    def shown(v) -> str:
+        return "[" + ",".join(map(str, v)) + "]" if isinstance(v, list) else str(v)
+    return ", ".join(f"{k}={shown(options[k])}" for k in sorted(options))
+
+
 def load_runs(dirs, strict: bool = False, warn=None) -> list[dict]:
     """The runs of ``dirs``.  A path that is a file (``OUT/*`` may match a log) is passed over with a warning,
     and so is a directory without summary.json (an unfinished run), unless ``strict``: then it raises
@@ -274,15 +293,37 @@ def setting(run: dict) -> Setting | None:
             kind = "rotation"    # one cluster takes no transform: the same data whichever kind was named
     if run["true_clusters"] is None and kind is not None:
         return None          # a pool run that does not say its clusters
-    rest = run.get("_setting") or dict(clients=_int(run.get("clients")), rounds=_int(run.get("rounds_completed")),
-                                       train_size=None, model=None)
-    return Setting(run["data"], kind, _int(run["true_clusters"]), **rest)
+    rest = dict(run.get("_setting") or dict(clients=_int(run.get("clients")),
+                                            rounds=_int(run.get("rounds_completed")), train_size=None, model=None))
+    spec = rest.get("model") or run.get("model")
+    user = isinstance(spec, str) and ":" in spec
+    # a file or a user model: what summary.json records of it (absent in older runs: not recorded, None)
+    return Setting(run["data"], kind, _int(run["true_clusters"]), **rest, data_file=run.get("data_sha256"),
+                   model_id=(run.get("model_fingerprint") or run.get("model_source_sha256")) if user else None)
 
 
-def setting_text(key: Setting | None) -> str:
+# The fields of a setting named in a column header only where the report's settings of one data set differ in
+# them (each a setting's own, beyond the papers' clients, rounds, train size and model): the data file, the
+# options, and a user model's fingerprint, which differs among runs of one model name.
+_TOLD_APART = ("clients", "rounds", "train_size", "model", "data_file", "options", "model_id")
+
+
+def _model_text(spec: str, full: bool = False) -> str:
+    """A model as a header names it: a built-in's name; a user model's file name and NAME (``my_model.py:Net``;
+    the whole spec with ``full``)."""
+    target, sep, name = spec.rpartition(":")
+    if full or not sep or not target.endswith(".py"):
+        return spec
+    return f"{Path(target).name}:{name}"
+
+
+def setting_text(key: Setting | None, vary=frozenset(), full: bool = False) -> str:
     """'fmnist, rotation 2', 'cifar10, label swap 4', 'synthetic, 4 clusters', then what differs from the
     papers' setting: 'fmnist, rotation 2, 8 clients, 2 rounds'; fields the run does not record are named
-    ('..., train size, model not recorded')."""
+    ('..., train size, model not recorded').  ``vary``: the fields of :data:`_TOLD_APART` that other settings
+    of the report differ in (:func:`setting_texts`), named too: the data file ('npz a1b2c3d4'), the options
+    ('options split=balanced'), a user model and its fingerprint ('model my_model.py:Net (5e6f7a8b)'), and
+    for a data set without a paper setting its clients, rounds, train size and model."""
     if key is None:
         return "setting unknown"
     data, kind, k = key.data_setting
@@ -293,10 +334,46 @@ def setting_text(key: Setting | None) -> str:
     else:
         text = f"{data}, {k} clusters" if kind is None else f"{data}, {kind.replace('_', ' ')} {k}"
     ref = reference(data)
-    differ = [_FIELD_TEXT[f].format(getattr(key, f)) for f in ref if getattr(key, f) not in (None, ref[f])]
-    unknown = [_FIELD_TEXT[f].format("").strip() for f in ref if getattr(key, f) is None]
-    layout = [key.layout] if key.layout else []
-    return ", ".join([text] + layout + differ + ([f"{', '.join(unknown)} not recorded"] if unknown else []))
+    differ, unknown = [], []
+    for f in _TOLD_APART[:4]:
+        v = getattr(key, f)
+        if f in ref and v is None:
+            unknown.append(_FIELD_TEXT[f].format("").strip())
+            continue
+        shown = (v != ref[f] if f in ref else f in vary) or (f == "model" and "model_id" in vary)
+        if shown and v is None:
+            unknown.append(_FIELD_TEXT[f].format("").strip())
+        elif shown and f == "model":
+            ident = (f" ({key.model_id[:8]})" if key.model_id else " (fingerprint not recorded)") \
+                if "model_id" in vary else ""
+            differ.append(_FIELD_TEXT[f].format(_model_text(v, full)) + ident)
+        elif shown:
+            differ.append(_FIELD_TEXT[f].format(v))
+    data_parts = [key.layout] if key.layout else []
+    if "data_file" in vary:
+        data_parts.append(f"{data} {key.data_file[:8]}" if key.data_file else f"{data} file not recorded")
+    if "options" in vary:
+        data_parts.append(f"options {key.options}" if key.options else "no options")
+    return ", ".join([text] + data_parts + differ + ([f"{', '.join(unknown)} not recorded"] if unknown else []))
+
+
+def setting_texts(keys) -> dict:
+    """Each setting's column header (:func:`setting_text`), naming beyond today's fields what tells it apart
+    from the report's other settings of its data set: the data file, the options, and (for a data set without
+    a paper setting) its clients, rounds, train size and model; a user model's fingerprint where settings of
+    the same model name differ in it.  Settings that differ in none of these keep the headers they always had.
+    Where two headers would still read alike (two files of one name), the model is named by its whole spec."""
+    def vary(key: Setting) -> frozenset:
+        same = [o for o in keys if o is not None and o.data == key.data]
+        out = {f for f in _TOLD_APART[:-1] if any(getattr(o, f) != getattr(key, f) for o in same)}
+        if any(o.model == key.model and o.model_id != key.model_id for o in same):
+            out.add("model_id")
+        return frozenset(out)
+
+    texts = {key: setting_text(key, vary(key) if key is not None else frozenset()) for key in keys}
+    alike = {t for t in texts.values() if list(texts.values()).count(t) > 1}
+    return {key: setting_text(key, vary(key), full=True) if text in alike and key is not None else text
+            for key, text in texts.items()}
 
 
 def _setting_order(key: Setting | None) -> tuple:
@@ -308,7 +385,8 @@ def _setting_order(key: Setting | None) -> tuple:
     rest = tuple((getattr(key, f) is None, getattr(key, f) or 0) for f in ("clients", "rounds", "train_size"))
     return (_data_position(data), data,
             int(kind not in (None, "rotation")), kind or "", k or 0,
-            int(not is_reference(key))) + rest + (key.model or "", key.layout or "")
+            int(not is_reference(key))) + rest + (key.model or "", key.layout or "", key.data_file or "",
+                                                  key.options or "", key.model_id or "")
 
 
 def paper_numbers(key: Setting | None) -> dict:
@@ -342,6 +420,10 @@ class Results:
             self.groups.setdefault((r.get("label") or r["algorithm"], setting(r)), []).append(r)
         self.labels = sorted({label for label, _ in self.groups}, key=_order)
         self.settings: list[Setting | None] = sorted({key for _, key in self.groups}, key=_setting_order)
+        self.headers = setting_texts(self.settings)   # each setting's column header
+
+    def header(self, key: Setting | None) -> str:
+        return self.headers[key] if key in self.headers else setting_text(key)
 
     def repeated_seeds(self) -> list[str]:
         """Warnings for groups that hold one seed twice (two directories of the same run)."""
@@ -350,7 +432,7 @@ class Results:
             seeds = [r.get("seed") for r in rs]
             twice = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
             if twice:
-                out.append(f"{label} ({setting_text(key)}) has seed {', '.join(map(str, twice))} more than once "
+                out.append(f"{label} ({self.header(key)}) has seed {', '.join(map(str, twice))} more than once "
                            f"({', '.join(r['_dir'] for r in rs if r.get('seed') in twice)}); each run counts")
         return out
 
@@ -429,7 +511,7 @@ def _grid(res: Results, metric: str, fmt, dash="–") -> tuple[list[str], list[l
     with_paper_gap = [k for k in with_paper if k in with_gap and paper_numbers(k).get(RANDOM) is not None]
     head = ["method", "seeds"]
     for k in res.settings:
-        head += ([setting_text(k)] + (["vs random"] if k in with_gap else []) + (["paper"] if k in with_paper else [])
+        head += ([res.header(k)] + (["vs random"] if k in with_gap else []) + (["paper"] if k in with_paper else [])
                  + (["paper vs random"] if k in with_paper_gap else []))
     rows = []
     for label in res.labels:
@@ -465,7 +547,7 @@ def _paper_setting_text(key: Setting) -> str:
 
 def _caption(res: Results, metric: str) -> tuple[str, str]:
     """The metric's title and, for final accuracy, where the paper column comes from."""
-    sources = [f"{PAPER_SOURCES.get(k.data_setting, 'the paper')} for {setting_text(k)}: {_paper_setting_text(k)}"
+    sources = [f"{PAPER_SOURCES.get(k.data_setting, 'the paper')} for {res.header(k)}: {_paper_setting_text(k)}"
                for k in (res.paper_settings() if metric == "final_accuracy" else [])]
     return METRICS[metric][0], (f"paper: {'; '.join(sources)}" if sources else "")
 
@@ -473,9 +555,10 @@ def _caption(res: Results, metric: str) -> tuple[str, str]:
 def markdown(res: Results, metrics=DEFAULT_METRICS) -> str:
     out = ["Mean ± sample standard deviation over seeds (`seeds`: runs per setting; a cell with another number "
            "says n=...); blank: the label has no such value there. A column header names what differs from the "
-           "paper's setting (clients, rounds, train size, model); the paper's number is shown only in the "
-           "paper's own setting. `vs random`: the method's mean final accuracy minus Random's in the same "
-           "setting; `paper vs random`: the same difference of the paper's numbers."]
+           "paper's setting (clients, rounds, train size, model) and what tells it apart from the other columns "
+           "of its data set (the data file, data.options, a model of your own and its fingerprint); the paper's "
+           "number is shown only in the paper's own setting. `vs random`: the method's mean final accuracy minus "
+           "Random's in the same setting; `paper vs random`: the same difference of the paper's numbers."]
     for metric in metrics:
         if res.empty(metric):
             continue
@@ -519,16 +602,16 @@ def tidy(res: Results, metrics=DEFAULT_METRICS) -> list[dict]:
             for metric in metrics:
                 c = res.cell(label, key, metric)
                 if c is not None:
-                    recs.append(dict(label=label, setting=setting_text(key), metric=metric, mean=c[0],
+                    recs.append(dict(label=label, setting=res.header(key), metric=metric, mean=c[0],
                                      std="" if c[1] is None else c[1], seeds=c[2]))
                 if metric == "final_accuracy" and (p := res.paper(label, key)):
-                    recs.append(dict(label=label, setting=setting_text(key), metric="paper_final_accuracy",
+                    recs.append(dict(label=label, setting=res.header(key), metric="paper_final_accuracy",
                                      mean=p[0], std=p[1], seeds=""))
                 if metric == "final_accuracy":
                     for name, gap in (("gap_to_random", res.gap_to_random(label, key)),
                                       ("paper_gap_to_random", res.paper_gap_to_random(label, key))):
                         if gap is not None:
-                            recs.append(dict(label=label, setting=setting_text(key), metric=name, mean=gap,
+                            recs.append(dict(label=label, setting=res.header(key), metric=name, mean=gap,
                                              std="", seeds=""))
     return recs
 
@@ -602,6 +685,7 @@ def curves(runs: list[dict], path: Path, band: str = "std", warn=_warn):
     from matplotlib import colormaps
 
     data = mean_curves(runs, band, warn)
+    headers = Results(runs).headers
     stages = stage_lines(runs)
     labels = sorted({label for per in data.values() for label in per}, key=_order)
     cmap = colormaps["tab10" if len(labels) <= 10 else "tab20"]
@@ -629,7 +713,7 @@ def curves(runs: list[dict], path: Path, band: str = "std", warn=_warn):
                                               ("" if every else f" ({', '.join(which)})"))
                 if line is not None and len(which) == 1 and not every:
                     line.set_color(colour[which[0]])
-            ax.set_title("\n".join(textwrap.wrap(setting_text(key), 40 if cols == 1 else 30)))
+            ax.set_title("\n".join(textwrap.wrap(headers.get(key, setting_text(key)), 40 if cols == 1 else 30)))
             ax.set_xlabel("round")
             ax.set_ylabel("mean test accuracy (%)")
             figures.integer_ticks(ax.xaxis)

@@ -154,6 +154,13 @@ class DataConfig:
             "and-quantity-skew)"))
     share_images: bool = option(False, "allow one image on several clients (runs of thousands of clients)")
     download: bool = option(True, "let torchvision download a missing data set")
+    options: dict = option(help="data.name=torchvision:NAME: keyword arguments of the torchvision class, e.g. "
+                                "data.options.split=balanced for EMNIST ({}: none); other data sets take none",
+                           factory=dict,
+        doc=("`data.name=torchvision:NAME`: keyword arguments passed to the torchvision class (`{split: "
+            "balanced}` for `torchvision:EMNIST`); `data.options.KEY=VALUE` sets one, `KEY=null` drops it. "
+            "Other data sets take none (refused). See [Your own data "
+            "set](own-model-and-data.md#your-own-data-set)"))
     path: str = option("", "data.name=npz: a .npz (or torch .pt) file of named arrays: x_train, y_train, x_test, "
                            "y_test (a pool split over clients like fmnist), plus client_train, client_test (each "
                            "example's client: naturally federated; data.train_size/test_size are then ignored) "
@@ -444,6 +451,8 @@ def _format_default(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, list):
         return "[" + ",".join(map(str, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_format_default(v)}" for k, v in value.items()) + "}"
     if value == "":
         return '""'
     return str(value)
@@ -568,6 +577,35 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
     return value
 
 
+def _plain_value(value: Any) -> bool:
+    """A YAML scalar (string, number, true/false), or a list of them."""
+    if isinstance(value, list):
+        return all(_plain_value(v) and not isinstance(v, list) for v in value)
+    return isinstance(value, (str, int, float, bool))
+
+
+def _merge_mapping(path: str, current: dict, value: Any) -> dict:
+    """A mapping key (``data.options``) merged as a section is: each key given replaces its value, a key set
+    to null is dropped; an empty mapping or null clears it.  Keys are Python identifiers (keyword arguments),
+    values YAML scalars or lists of them."""
+    if value is None or value == {}:
+        return {}
+    example = f"e.g. {path}={{split: balanced}}, or one key: {path}.split=balanced"
+    if not isinstance(value, dict):
+        raise ConfigError(path, value, f"expected a mapping of keyword arguments, {example}")
+    out = dict(current)
+    for k, v in value.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ConfigError(path, value, f"key {k!r} is no keyword argument name (a Python identifier); {example}")
+        if v is None:
+            out.pop(k, None)
+        elif _plain_value(v):
+            out[k] = v
+        else:
+            raise ConfigError(f"{path}.{k}", v, "expected a string, a number, true/false or a list of them")
+    return out
+
+
 def _merge(obj: Any, mapping: dict, prefix: str = "") -> None:
     types = _field_types(type(obj))
     if not isinstance(mapping, dict):
@@ -586,6 +624,8 @@ def _merge(obj: Any, mapping: dict, prefix: str = "") -> None:
         tp = types[key]
         if dataclasses.is_dataclass(tp):
             _merge(getattr(obj, key), value or {}, path + ".")
+        elif tp is dict:
+            setattr(obj, key, _merge_mapping(path, getattr(obj, key), value))
         else:
             setattr(obj, key, _coerce(path, value, tp))
 

@@ -138,6 +138,7 @@ OUT_OF_RANGE = {
     "data.quantity_skew": ("-1", []),
     "data.share_images": ("maybe", []),
     "data.download": ("maybe", []),
+    "data.options": ("{split: balanced}", []),      # fmnist takes no options (torchvision:NAME's keyword arguments)
     "data.synthetic_alpha": ("-1", SYNTHETIC),
     "data.synthetic_beta": ("-0.5", SYNTHETIC),
     "data.synthetic_dim": ("0", SYNTHETIC),

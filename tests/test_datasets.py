@@ -5,6 +5,7 @@ forms, every bad-data error), torchvision:NAME on generated files."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import struct
 from pathlib import Path
@@ -265,6 +266,7 @@ def test_a_run_on_clients_of_unequal_sizes_without_true_clusters_and_its_resume_
     summary = _run(load_config(None, base))
     assert summary["neighbor_precision"] is None and summary["ari"] is None and summary["true_clusters"] is None
     assert 0 <= summary["final_accuracy"] <= 100 and summary["data_source"] == str(Path(path).resolve())
+    assert summary["data_sha256"] == hashlib.sha256(Path(path).read_bytes()).hexdigest()   # report keeps files apart
     load_config(None, base + ["rounds=3"])                         # the same file: resumable
     from fedclust.runner import prepare
     assert prepare(load_config(None, base + ["rounds=3"])).resume_from is not None

@@ -215,7 +215,7 @@ def test_mean_curves_on_the_rounds_every_seed_evaluated(tmp_path):
     runs = []
     for seed, accs in ((0, [50.0, 60.0, 70.0]), (1, [52.0, 64.0])):   # seed 1 stopped after round 2
         runs.append(report.load_run(write_run(tmp_path, f"o{seed}", summary("oracle", seed, accs[-1]), accs)))
-    rounds, mean, _, _, seeds = report.mean_curves(runs)[("fmnist", "rotation", 2, 100, 300, 200, "mlp", None)]["oracle"]
+    rounds, mean, _, _, seeds = report.mean_curves(runs)[report.Setting("fmnist", "rotation", 2, 100, 300, 200, "mlp")]["oracle"]
     assert (rounds, mean, seeds) == ([1, 2], [51.0, 62.0], 2)
 
 
@@ -260,7 +260,8 @@ def test_load_runs_reads_the_setting_from_config_of_older_runs(tmp_path):
     (d / "summary.json").write_text(json.dumps(s))
     (d / "config.yaml").write_text("data:\n  name: fmnist\n  clusters: rotation\n  num_clusters: 4\n")
     # the keys config.yaml lacks take their defaults: 100 clients, 300 rounds, 200 images, model auto = mlp
-    assert report.setting(report.load_runs([d])[0]) == ("fmnist", "rotation", 4, 100, 300, 200, "mlp", None)
+    assert report.setting(report.load_runs([d])[0]) == ("fmnist", "rotation", 4, 100, 300, 200, "mlp", None, None,
+                                                         None, None)
 
 
 def test_unknown_metric_is_refused(tmp_path, capsys):
@@ -440,3 +441,76 @@ def test_the_worst_clusters_accuracy_is_a_metric(tmp_path, capsys):
     rc, out, _ = run_report(capsys, runs + ["--metrics", "final_accuracy,worst_cluster_accuracy"])
     head, rows = md_table(out, "Accuracy of the worst cluster (%)")
     assert rc == 0 and rows["dac"][1] == ms([60.0, 61.0])
+
+
+# ---------------------------------------------------------------- files, options and models of one's own
+
+NPZ2 = dict(data="npz", data_clusters="rotation", true_clusters=2)
+FILE_A, FILE_B, FP_1, FP_2 = "a1" * 32, "b2" * 32, "c3" * 32, "d4" * 32
+
+
+def _own(tmp_path, name, acc, seed, setting=NPZ2, options=None, model="auto", **extra):
+    s = summary("local", seed, acc, setting=setting, **extra)
+    cfg = config_of(s, model=model)
+    if options is not None:
+        cfg["data"]["options"] = options
+    return write_run(tmp_path, name, s, config=cfg)
+
+
+def test_runs_on_different_data_files_are_never_averaged_and_the_header_names_the_file(tmp_path, capsys):
+    dirs = [_own(tmp_path, "a0", 70.0, 0, data_sha256=FILE_A), _own(tmp_path, "a1", 72.0, 1, data_sha256=FILE_A),
+            _own(tmp_path, "b0", 90.0, 0, data_sha256=FILE_B)]
+    _, out, _ = run_report(capsys, dirs)
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head == ["method", "seeds", "npz, rotation 2, npz a1a1a1a1", "npz, rotation 2, npz b2b2b2b2"]
+    assert rows["local"] == ["1–2", ms([70.0, 72.0]) + " (n=2)", "90.00 (n=1)"]     # not the mean of all three
+    _, out, _ = run_report(capsys, dirs[:2])                                         # one file: the header as ever
+    assert md_table(out, "Final accuracy (%)")[0] == ["method", "seeds", "npz, rotation 2"]
+
+
+def test_two_user_models_of_one_name_are_two_settings_headed_by_their_fingerprints(tmp_path, capsys):
+    net, other = "/home/me/my_model.py:Net", "/home/me/my_model.py:Other"
+    dirs = [_own(tmp_path, "n1", 80.0, 0, FMNIST2, model=net, model_fingerprint=FP_1),
+            _own(tmp_path, "n2", 85.0, 0, FMNIST2, model=net, model_fingerprint=FP_2),
+            _own(tmp_path, "o", 60.0, 0, FMNIST2, model=other, model_fingerprint=FP_1)]
+    _, out, _ = run_report(capsys, dirs)
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head == ["method", "seeds", "fmnist, rotation 2, model my_model.py:Net (c3c3c3c3)",
+                    "fmnist, rotation 2, model my_model.py:Net (d4d4d4d4)", "fmnist, rotation 2, model my_model.py:Other"]
+    assert rows["local"] == ["1", "80.00", "85.00", "60.00"]
+    # a data set without a paper setting names the model only where its runs differ in it
+    dirs = [_own(tmp_path, "p", 70.0, 0, model="a/x.py:Net", model_fingerprint=FP_1),
+            _own(tmp_path, "q", 71.0, 0, model="b/y.py:Net", model_fingerprint=FP_2)]
+    _, out, _ = run_report(capsys, dirs)
+    assert md_table(out, "Final accuracy (%)")[0] == ["method", "seeds", "npz, rotation 2, model x.py:Net",
+                                                      "npz, rotation 2, model y.py:Net"]
+
+
+def test_runs_of_other_data_options_are_other_settings(tmp_path, capsys):
+    emnist = dict(data="torchvision:EMNIST", data_clusters="rotation", true_clusters=2)
+    dirs = [_own(tmp_path, "b", 80.0, 0, emnist, options={"split": "balanced"}),
+            _own(tmp_path, "l", 90.0, 0, emnist, options={"split": "letters"})]
+    _, out, _ = run_report(capsys, dirs)
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head == ["method", "seeds", "torchvision:EMNIST, rotation 2, options split=balanced",
+                    "torchvision:EMNIST, rotation 2, options split=letters"]
+    assert rows["local"] == ["1", "80.00", "90.00"]
+    _, out, _ = run_report(capsys, dirs + ["--format", "csv"])
+    assert "torchvision:EMNIST, rotation 2, options split=letters" in out
+
+
+def test_older_runs_without_the_new_fields_load_as_not_recorded(tmp_path, capsys):
+    spec = "/home/me/my_model.py:Net"
+    dirs = [_own(tmp_path, "old", 70.0, 0),                                     # no data_sha256: from before it
+            _own(tmp_path, "new", 71.0, 0, data_sha256=FILE_A),
+            _own(tmp_path, "m_old", 60.0, 0, FMNIST2, model=spec, model_source_sha256=FILE_B),   # the file's hash
+            _own(tmp_path, "m_none", 61.0, 0, FMNIST2, model=spec),
+            _own(tmp_path, "m_new", 62.0, 0, FMNIST2, model=spec, model_fingerprint=FP_1)]
+    rc, out, _ = run_report(capsys, dirs)
+    assert rc == 0
+    head, rows = md_table(out, "Final accuracy (%)")
+    assert head[2:] == ["fmnist, rotation 2, model my_model.py:Net (fingerprint not recorded)",
+                        "fmnist, rotation 2, model my_model.py:Net (b2b2b2b2)",
+                        "fmnist, rotation 2, model my_model.py:Net (c3c3c3c3)",
+                        "npz, rotation 2, npz file not recorded", "npz, rotation 2, npz a1a1a1a1"]
+    assert rows["local"][1:] == ["61.00", "60.00", "62.00", "70.00", "71.00"]

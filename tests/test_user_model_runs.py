@@ -1,7 +1,7 @@
 """Your own model, end to end (model=FILE.py:NAME): PANMLoss's peer losses and
 PANMGrad through a user module, what the run records of it, 1 vs 2 processes,
-a killed run resumed exactly, a resume refused after the model file changed,
-figures and W&B offline.  The launching, killing and comparing helpers are
+a killed run resumed exactly, a resume refused after the model changed (not
+after an unrelated edit of its file), figures and W&B offline.  The launching, killing and comparing helpers are
 tests/test_resume.py's and tests/test_wandb.py's."""
 
 from __future__ import annotations
@@ -112,10 +112,12 @@ def test_a_conv_user_model_on_images_gives_the_same_numbers_on_one_and_two_proce
     assert_model_recorded(summary, spec, MODELS, independent_count("SmallConvGN", (1, SIDE, SIDE), CLASSES), "loop")
 
 
-def test_a_killed_run_resumes_exactly_and_a_changed_model_file_is_refused(tmp_path):
+def test_a_killed_run_resumes_exactly_and_a_changed_model_is_refused_but_not_an_unrelated_edit(tmp_path):
     """PANMGrad with a copy of the model file: killed after round 5 (checkpoint at 4) and resumed, it ends as
-    an uninterrupted run; after a comment is appended to the file, a resume is refused naming the file, and
-    overwrite=true starts afresh with the new file's hash."""
+    an uninterrupted run; after a comment and an unrelated class are added to the file, the finished run is
+    extended to 10 rounds (a resume is tied to the model's definition and shapes, not the file's bytes); after
+    the model's class is edited, a resume is refused naming the file, and overwrite=true starts afresh with the
+    new file's hash."""
     source = tmp_path / "my_model.py"
     shutil.copy(MODELS, source)
     spec = f"{source}:tabular"
@@ -130,8 +132,21 @@ def test_a_killed_run_resumes_exactly_and_a_changed_model_file_is_refused(tmp_pa
 
     old = summary["model_source_sha256"]
     with source.open("a") as f:
-        f.write("\n# edited after the run\n")
-    cfg = load_config(None, overrides("panm_grad", tmp_path / "killed", f"model={spec}", "rounds=10"))
+        f.write("\n# edited after the run\n\n\nclass Unrelated(nn.Module):\n    pass\n")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(None, overrides("panm_grad", tmp_path / "killed", f"model={spec}", "rounds=10"))
+        longer = run(cfg, prepare(cfg))
+    finally:
+        torch.set_num_threads(threads)
+    assert longer["rounds_completed"] == 10 and longer["model_fingerprint"] == summary["model_fingerprint"]
+    lines = (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["round"] for x in lines] == list(range(1, 11))
+    assert longer["model_source_sha256"] == hashlib.sha256(source.read_bytes()).hexdigest() != old
+
+    source.write_text(source.read_text().replace("nn.GELU()", "nn.ReLU()"))      # TabularNet itself
+    cfg = load_config(None, overrides("panm_grad", tmp_path / "killed", f"model={spec}", "rounds=12"))
     with pytest.raises(ConfigError) as e:
         prepare(cfg)
     assert e.value.field == "model" and str(source) in str(e.value) and "changed" in str(e.value)
@@ -139,7 +154,6 @@ def test_a_killed_run_resumes_exactly_and_a_changed_model_file_is_refused(tmp_pa
 
     cfg = load_config(None, overrides("panm_grad", tmp_path / "killed", f"model={spec}", "overwrite=true",
                                       *SHORT, "checkpoint_every=0"))
-    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         again = run(cfg, prepare(cfg))

@@ -22,6 +22,7 @@ import torch
 from fedclust.data import registry
 from fedclust.data.base import LAYOUT_KEYS, DataSet, FederatedData, refuse_layout
 from fedclust.data.partition import cluster_of_clients
+from fedclust.errors import ConfigError
 from fedclust.schema import DataConfig
 
 __all__ = ["DataSet", "FederatedData", "check_data", "cluster_of_clients", "dataset", "load_federated", "registry"]
@@ -36,6 +37,11 @@ def check_data(cfg: DataConfig, num_clients: int) -> None:
     """Validate the data config (raises ConfigError naming the field, the value
     and the fix, or DataError for a bad data file)."""
     ds = dataset(cfg)
+    if cfg.options and not ds.takes_options:   # a config slip, named before the data is read
+        raise ConfigError("data.options", cfg.options,
+                          f"data set {cfg.name!r} takes no options (they are keyword arguments of the torchvision "
+                          "class of data.name=torchvision:NAME, e.g. data.options.split=balanced for "
+                          "torchvision:EMNIST): drop data.options (leave it {})")
     ds.check(cfg, num_clients)   # a data set's own words first; then what it would ignore
     refuse_layout(cfg, tuple(f for f in LAYOUT_KEYS if f not in ds.layout_keys),
                   f"data set {cfg.name!r} does not apply it (its clients and clusters are its own)")

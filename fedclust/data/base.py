@@ -289,6 +289,9 @@ class DataSet:
     # the keys of LAYOUT_KEYS it applies (data.cluster_sizes, data.rotations, data.partition, ...; check_data refuses
     # the others, so a data set that applies none, a plug-in's own clients say, never ignores them)
     layout_keys: ClassVar[tuple[str, ...]] = ()
+    # whether it reads data.options (torchvision:NAME: the class's keyword arguments); check_data refuses them
+    # for a data set that does not, so that none is silently ignored
+    takes_options: ClassVar[bool] = False
 
     def __init__(self, argument: str | None = None):
         self.argument = argument

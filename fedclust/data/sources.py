@@ -4,7 +4,8 @@ set declares (shape, classes, normalisation) is in its own module of
 :mod:`fedclust.data.sets`; this module holds the readers they share.
 
 - Through torchvision (:func:`load_torchvision`: MNIST, CIFAR-10 and any
-  ``torchvision:NAME``): ``root=data.root``, ``download=data.download``.  A
+  ``torchvision:NAME``): ``root=data.root``, ``download=data.download`` and,
+  for ``torchvision:NAME``, the keyword arguments of ``data.options``.  A
   download happens under an exclusive lock on ``data.root/.fedclust-download.lock``,
   so that the ranks of one machine (each checks the config, and reads the data,
   before any process group exists) download once: the first takes the lock and
@@ -19,8 +20,11 @@ set declares (shape, classes, normalisation) is in its own module of
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
 import functools
+import inspect
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -29,7 +33,7 @@ import torch
 
 from fedclust.data.base import RawData
 from fedclust.data.idx import find_idx_file, read_idx
-from fedclust.errors import DataError
+from fedclust.errors import ConfigError, DataError
 
 __all__ = ["RawData", "load_fmnist", "load_torchvision", "fmnist_folders", "read_idx_folder", "debian_fmnist_folder"]
 
@@ -162,10 +166,92 @@ def as_nchw(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _load_torchvision(cls_name: str, root: Path, download: bool, label: str) -> RawData:
+# Keyword arguments fedclust gives a torchvision class itself, or that would change nothing: refused in
+# data.options, each with why.
+NOT_OPTIONS = {
+    "root": "it is data.root: set data.root=FOLDER",
+    "train": "fedclust reads both splits (train=True and train=False)",
+    "download": "it is data.download: set data.download=true or false",
+    "transform": "fedclust reads the images as stored (.data) and normalises them itself, so no transform applies",
+    "target_transform": "fedclust reads the labels as stored (.targets), so no transform applies",
+    "transforms": "fedclust reads .data and .targets as stored, so no transform applies",
+}
+
+
+def frozen_options(options: dict | None) -> tuple:
+    """``data.options`` as a hashable, ordered key of the per-process caches (lists as tuples)."""
+    return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in (options or {}).items()))
+
+
+def _thawed(frozen: tuple) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in frozen}
+
+
+def keyword_arguments(cls) -> tuple[set[str], set[str], bool]:
+    """``(takes, needs, more)`` of a class's constructor: the keyword arguments it names (its ``__init__``'s and,
+    while each passes ``**kwargs`` on, its bases'), those its own ``__init__`` requires, and whether it may take
+    others too (a ``**kwargs`` that reaches no named base, or a signature that cannot be read)."""
+    takes: set[str] = set()
+    needs: set[str] = set()
+    first = True
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        if klass is object:
+            return takes, needs, True
+        try:
+            params = list(inspect.signature(init).parameters.values())[1:]   # without self
+        except (TypeError, ValueError):
+            return takes, needs, True
+        more = False
+        for prm in params:
+            if prm.kind is prm.VAR_KEYWORD:
+                more = True
+            elif prm.kind is not prm.VAR_POSITIONAL:
+                takes.add(prm.name)
+                if first and prm.default is prm.empty:
+                    needs.add(prm.name)
+        first = False
+        if not more:
+            return takes, needs, False
+    return takes, needs, True
+
+
+def check_options(cls, cls_name: str, options: dict) -> None:
+    """Refuse, before the class is called, ``data.options`` it cannot take: a key fedclust gives itself
+    (:data:`NOT_OPTIONS`), a keyword its constructor does not name, a required argument left out; each a
+    ConfigError naming data.options, the class and the fix."""
+    where = f"torchvision.datasets.{cls_name}"
+    for key in options:
+        if key in NOT_OPTIONS:
+            raise ConfigError("data.options", options, f"'{key}' is not an option of {where}: "
+                              f"{NOT_OPTIONS[key]}; drop data.options.{key}")
+    takes, needs, more = keyword_arguments(cls)
+    offered = sorted(takes - set(NOT_OPTIONS))
+    unknown = [k for k in options if k not in takes]
+    if unknown and not more:
+        close = difflib.get_close_matches(unknown[0], offered, n=1)
+        raise ConfigError("data.options", options,
+                          f"{where} takes no argument '{unknown[0]}'"
+                          + (f" (did you mean '{close[0]}'?)" if close else "")
+                          + f"; it takes {', '.join(offered) or 'none but root, train and download'}")
+    missing = sorted(needs - set(options) - set(NOT_OPTIONS))
+    if missing:
+        name = missing[0]
+        values = getattr(cls, f"{name}s", None)
+        one_of = (f" (one of {', '.join(map(str, values))})" if isinstance(values, (tuple, list)) and values
+                  and all(isinstance(v, (str, int)) for v in values) else "")
+        raise ConfigError("data.options", options, f"{where} needs the argument '{name}'{one_of}: give it as "
+                          f"data.options.{name}=VALUE (in YAML: data: {{options: {{{name}: VALUE}}}})")
+
+
+def _load_torchvision(cls_name: str, root: Path, download: bool, label: str, frozen: tuple = ()) -> RawData:
     from torchvision import datasets
 
     cls = getattr(datasets, cls_name)
+    options = _thawed(frozen)
+    check_options(cls, cls_name, options)
     folder = root / torchvision_folder(cls)
     how = (
         f"run once with network and data.download=true, or copy torchvision's folder for datasets.{cls_name} "
@@ -173,10 +259,18 @@ def _load_torchvision(cls_name: str, root: Path, download: bool, label: str) -> 
     )
     try:
         with download_lock(root, download):
-            sets = [cls(str(root), train=train, download=download) for train in (True, False)]
-    except TypeError as err:   # a class without train=True/False
-        raise DataError(f"data set '{label}': torchvision.datasets.{cls_name} takes no train=True/False "
-                        f"({err}); save its splits as an .npz and use data.name=npz") from err
+            sets = [cls(str(root), train=train, download=download, **options) for train in (True, False)]
+    except (TypeError, ValueError) as err:
+        # a keyword or value the class refused (EMNIST's split=nope: ValueError), or a class without train=True/False
+        bad = re.search(r"unexpected keyword argument '(\w+)'", str(err))
+        if options and (bad is None or bad.group(1) in options):
+            raise ConfigError("data.options", options, f"torchvision.datasets.{cls_name} refused them "
+                              f"({type(err).__name__}: {err}); give the keyword arguments and values its "
+                              "documentation lists") from err
+        if isinstance(err, TypeError):
+            raise DataError(f"data set '{label}': torchvision.datasets.{cls_name} takes no train=True/False "
+                            f"({err}); save its splits as an .npz and use data.name=npz") from err
+        raise _missing(label, [folder], err, how) from err
     except Exception as err:  # RuntimeError when absent, URLError/OSError when offline
         raise _missing(label, [folder], err, how) from err
     out: list[torch.Tensor] = []
@@ -191,13 +285,16 @@ def _load_torchvision(cls_name: str, root: Path, download: bool, label: str) -> 
 
 
 @functools.lru_cache(maxsize=8)
-def _torchvision_cached(cls_name: str, root: str, download: bool, label: str) -> RawData:
-    return _load_torchvision(cls_name, Path(root), download, label)
+def _torchvision_cached(cls_name: str, root: str, download: bool, label: str, frozen: tuple) -> RawData:
+    return _load_torchvision(cls_name, Path(root), download, label, frozen)
 
 
-def load_torchvision(cls_name: str, root: str | Path, download: bool, label: str | None = None) -> RawData:
+def load_torchvision(cls_name: str, root: str | Path, download: bool, label: str | None = None,
+                     options: dict | None = None) -> RawData:
     """The train and test splits of ``torchvision.datasets.<cls_name>`` as raw [N, C, H, W] images and int64
-    labels, cached per process (treat as read-only); ``label`` names the data set in errors.  Raises
-    DataError naming the folder to fill when the files are missing and cannot be downloaded."""
+    labels, cached per process (treat as read-only); ``label`` names the data set in errors; ``options``
+    (``data.options``): more keyword arguments of the class (EMNIST's ``split``), checked against its
+    signature first (:func:`check_options`).  Raises DataError naming the folder to fill when the files are
+    missing and cannot be downloaded, ConfigError naming data.options for options the class refuses."""
     return _torchvision_cached(cls_name, str(Path(root).expanduser().resolve()), bool(download),
-                               label or cls_name)
+                               label or cls_name, frozen_options(options))

@@ -32,13 +32,14 @@ from fedclust.models.user import (  # noqa: F401
     check_vmap,
     file_sha256,
     is_user_model,
+    model_fingerprint,
     model_source,
     user_factory,
 )
 
 __all__ = ["BuiltinModel", "MODELS", "register", "names", "builtin", "build_model", "check_input", "make_net",
            "model_record", "default_arch", "model_spec", "model_name", "parameter_count", "initial_weights",
-           "is_user_model", "model_source", "file_sha256", "check_module", "user_factory"]
+           "is_user_model", "model_source", "model_fingerprint", "file_sha256", "check_module", "user_factory"]
 
 
 def build_model(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:

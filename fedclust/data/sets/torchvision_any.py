@@ -3,6 +3,11 @@ whose class takes ``train=True/False`` and exposes ``.data`` and ``.targets``
 (KMNIST, MNIST, FashionMNIST, QMNIST, CIFAR10, CIFAR100, ...), as a pool
 split over clients like fmnist.
 
+``data.options`` are more keyword arguments of the class (``{split: balanced}``
+for EMNIST), checked against its constructor's signature before it is called
+(:func:`fedclust.data.sources.check_options`); they are part of the run's
+config, so a resume with others is refused and a report keeps them apart.
+
 Read from ``data.root`` in torchvision's layout; with ``data.download=true``
 torchvision downloads what is missing.  The download happens in the config
 check, which every rank runs before any process group exists; the ranks of
@@ -26,7 +31,7 @@ import torch
 
 from fedclust.data.base import PoolDataSet, RawData
 from fedclust.data.registry import register
-from fedclust.data.sources import load_torchvision
+from fedclust.data.sources import frozen_options, load_torchvision
 from fedclust.errors import ConfigError
 from fedclust.schema import DataConfig
 
@@ -37,11 +42,12 @@ def _scaled(x: torch.Tensor) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=8)
-def _summary(argument: str, root: str, download: bool, label: str) -> tuple:
-    """(classes, per-channel mean, per-channel std) of a data set's splits, computed once per process."""
+def _summary(argument: str, root: str, download: bool, label: str, frozen: tuple) -> tuple:
+    """(classes, per-channel mean, per-channel std) of a data set's splits (under its options, ``frozen``),
+    computed once per process."""
     from torchvision import datasets
 
-    raw = load_torchvision(argument, root, download, label)
+    raw = load_torchvision(argument, root, download, label, dict(frozen))
     named = getattr(getattr(datasets, argument), "classes", None)
     top = max(int(raw.train_y.max()), int(raw.test_y.max())) + 1
     k = max(top, len(named) if isinstance(named, (list, tuple)) else 0)
@@ -56,6 +62,7 @@ def _summary(argument: str, root: str, download: bool, label: str) -> tuple:
 class TorchvisionAny(PoolDataSet):
     name = "torchvision"
     takes_argument = True
+    takes_options = True    # data.options: keyword arguments of the class (EMNIST's split)
     argument_help = "NAME"
     argument_example = "KMNIST"
     default_model = "mlp"
@@ -77,13 +84,14 @@ class TorchvisionAny(PoolDataSet):
 
     def raw(self, cfg: DataConfig) -> RawData:
         self._class()
-        return load_torchvision(str(self.argument), cfg.root, cfg.download, label=self.full_name)
+        return load_torchvision(str(self.argument), cfg.root, cfg.download, label=self.full_name,
+                                options=cfg.options)
 
     def _summary(self, cfg: DataConfig) -> tuple:
         raw = self.raw(cfg)   # refuses an unknown class, names the folder when missing
         del raw
         return _summary(str(self.argument), str(Path(cfg.root).expanduser().resolve()), bool(cfg.download),
-                        self.full_name)
+                        self.full_name, frozen_options(cfg.options))
 
     def input_shape(self, cfg: DataConfig) -> tuple[int, ...]:
         return tuple(self.raw(cfg).train_x.shape[1:])
