@@ -22,11 +22,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
 from fedclust import checkpoint
+from fedclust.config import load_algorithms
+from fedclust.data import dataset, load_federated
 from fedclust.data.base import PoolDataSet
+from fedclust.engine.train import evaluate
 from fedclust.errors import DataError, OutputError
-from fedclust.schema import Config
+from fedclust.models import build_model, file_sha256, initial_weights, make_net, model_source, model_spec
+from fedclust.schema import Config, parse
 
 FORMAT = "fedclust-export-1"
 MANIFEST = "manifest.json"
@@ -35,9 +40,6 @@ METHOD_MODELS = "method_models.safetensors"
 
 
 def _run_config(raw: dict) -> Config:
-    from fedclust.config import load_algorithms
-    from fedclust.schema import parse
-
     load_algorithms(raw)
     return parse(raw)
 
@@ -56,8 +58,6 @@ def read_run(run_dir: str | Path) -> tuple[Config, dict, Path]:
 
 
 def _model_facts(cfg) -> tuple[str, tuple[int, ...], int]:
-    from fedclust.models import model_spec
-
     try:
         return model_spec(cfg)
     except (OSError, DataError) as exc:
@@ -66,8 +66,6 @@ def _model_facts(cfg) -> tuple[str, tuple[int, ...], int]:
 
 
 def _layout(cfg):
-    from fedclust.models import initial_weights
-
     arch, shape, classes = _model_facts(cfg)
     return initial_weights(arch, shape, classes, cfg.seed)[0], arch, shape, classes
 
@@ -75,7 +73,6 @@ def _layout(cfg):
 def _normalization(cfg) -> dict | None:
     """What the run did to its inputs (a pool data set's normalisation); None: a data set that makes its own
     inputs (Synthetic, a plug-in's) records none."""
-    from fedclust.data import dataset
 
     ds = dataset(cfg.data)
     if not isinstance(ds, PoolDataSet):
@@ -112,9 +109,6 @@ def _state_models(payload: dict, P: int) -> dict[str, torch.Tensor]:
 def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     """Write ``models.safetensors``, ``method_models.safetensors`` (where the method keeps models of its own) and
     ``manifest.json`` into ``out_dir``; returns the manifest."""
-    from safetensors.torch import save_file
-
-    from fedclust.models import file_sha256, model_source
 
     cfg, payload, path = read_run(run_dir)
     layout, arch, shape, classes = _layout(cfg)
@@ -170,7 +164,6 @@ def load_client_model(path: str | Path, client: int) -> torch.nn.Module:
     is built from its ``FILE.py:NAME`` / ``module:NAME``, which must still be importable."""
     path = Path(path)
     if (path / MANIFEST).is_file():
-        from safetensors.torch import load_file
 
         manifest = json.loads((path / MANIFEST).read_text())
         n = int(manifest["clients"])
@@ -196,7 +189,6 @@ def load_client_model(path: str | Path, client: int) -> torch.nn.Module:
 
 def _built(spec: str, shape, classes: int, seed: int) -> torch.nn.Module:
     """The module as the run built it: under its seed, so buffers made at random are the run's."""
-    from fedclust.models import build_model
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -212,9 +204,6 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None) -> dict:
     """``{"accuracy": mean percent, "client_accuracy": [percent per client], "round": r, "data": ...}`` of the
     run's newest checkpoint: on the run's own test data, or on ``data`` (a natural-form file of test examples,
     client ids of the run)."""
-    from fedclust.data import dataset, load_federated
-    from fedclust.engine.train import evaluate
-    from fedclust.models import make_net
 
     cfg, payload, _ = read_run(run_dir)
     layout, arch, shape, classes = _layout(cfg)
