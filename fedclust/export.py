@@ -209,9 +209,10 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None) -> dict:
     layout, arch, shape, classes = _layout(cfg)
     weights = payload["weights"].to(torch.float32)
     n = weights.shape[0]
-    net, _ = make_net(arch, shape, classes, cfg.engine, "cpu", cfg.seed)
+    fed = load_federated(cfg.data, n, cfg.seed, list(range(n)), device=torch.device("cpu"))
+    # the engine the run chose on a CPU (auto: the loop for clients of unequal sizes)
+    net, _ = make_net(arch, shape, classes, cfg.engine, "cpu", cfg.seed, unequal=fed.train_counts is not None)
     if data is None:
-        fed = load_federated(cfg.data, n, cfg.seed, list(range(n)), device=torch.device("cpu"))
         x, y, counts = fed.test_x, fed.test_y, fed.test_counts
         where = "the run's own test data"
     else:

@@ -133,7 +133,9 @@ def build(cfg: Config, fabric) -> Setup:
         data = dataclasses.replace(data, train_y=flip_labels(data.train_y, bad[client_ids], data.num_classes))
     spec = model_name(cfg)
     layout, w0 = initial_weights(spec, data.input_shape, data.num_classes, cfg.seed)
-    arch, why = make_net(spec, data.input_shape, data.num_classes, cfg.engine, device.type, cfg.seed)
+    # train_counts is None only where every client, on every rank, holds the full width: the same choice everywhere
+    arch, why = make_net(spec, data.input_shape, data.num_classes, cfg.engine, device.type, cfg.seed,
+                         unequal=data.train_counts is not None)
     if why and rank == 0:
         print(f"fedclust: {why}", flush=True)
 

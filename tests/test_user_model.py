@@ -129,6 +129,35 @@ def test_auto_engine_batches_dense_models_and_loops_convolutions_on_a_cpu():
     assert isinstance(loop, ModuleNet) and loop.engine == "loop"
 
 
+def test_auto_engine_loops_clients_of_unequal_sizes_on_a_cpu(tmp_path):
+    """The batched engine pads every client to the largest: on a CPU, auto trains one client after another where
+    the clients' sizes differ (a natural file), and still batches equal clients and on a GPU."""
+    net, why = make_net(DENSE, SHAPE, CLASSES, "auto", "cpu", unequal=True)
+    assert net.engine == "loop" and "different numbers of examples" in why and "engine=batched overrides" in why
+    assert make_net(DENSE, SHAPE, CLASSES, "auto", "cpu", unequal=False)[0].engine == "batched"
+    assert make_net(DENSE, SHAPE, CLASSES, "auto", "cuda", unequal=True)[0].engine == "batched"
+    assert make_net(DENSE, SHAPE, CLASSES, "batched", "cpu", unequal=True)[0].engine == "batched"
+    import numpy as np
+
+    from fedclust.config import load_config
+    from fedclust.runner import prepare, run
+
+    r = np.random.default_rng(0)
+    sizes = np.array([2, 9, 30])
+    owner = np.repeat(np.arange(3), sizes)
+    np.savez(tmp_path / "f.npz", x_train=r.normal(size=(len(owner), 5)).astype(np.float32),
+             y_train=np.arange(len(owner)) % 3, x_test=r.normal(size=(6, 5)).astype(np.float32),
+             y_test=np.arange(6) % 3, client_train=owner, client_test=np.arange(6) % 3)
+    summaries = {}
+    for engine in ("auto", "batched"):
+        cfg = load_config(None, ["data.name=npz", f"data.path={tmp_path / 'f.npz'}", "clients=3", "rounds=2",
+                                 "algorithm.name=fedavg", f"model={MODELS}:TabularNet", f"engine={engine}",
+                                 "progress=false", "figures=false", f"out={tmp_path / engine}"])
+        summaries[engine] = run(cfg, prepare(cfg))
+    assert summaries["auto"]["model_engine"] == "loop" and summaries["batched"]["model_engine"] == "batched"
+    assert summaries["auto"]["final_accuracy"] == pytest.approx(summaries["batched"]["final_accuracy"], abs=1e-4)
+
+
 def test_a_model_vmap_cannot_batch_falls_back_to_the_loop_or_is_refused_when_batched_is_asked():
     spec = f"{MODELS}:DataDependent"
     net, why = make_net(spec, SHAPE, CLASSES, "auto", "cpu")

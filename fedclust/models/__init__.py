@@ -77,7 +77,7 @@ def model_record(spec: str, params: int, arch=None) -> dict:
 
 
 def make_net(spec: str, input_shape: tuple[int, ...], num_classes: int, engine: str = "auto",
-             device: str = "cpu", seed: int = 0) -> tuple[BuiltinModel | ModuleNet, str]:
+             device: str = "cpu", seed: int = 0, unequal: bool = False) -> tuple[BuiltinModel | ModuleNet, str]:
     """What the engine trains for a run's ``model`` and ``engine``
     (:class:`fedclust.engine.net.Net`): a built-in model (its own batched
     paths) unless ``engine=loop`` is asked for it; a
@@ -93,7 +93,7 @@ def make_net(spec: str, input_shape: tuple[int, ...], num_classes: int, engine: 
     asked = engine
     why = f"as asked (engine={engine})"
     if engine == "auto":
-        engine, why = auto_engine(module, device)
+        engine, why = auto_engine(module, device, unequal)
     net = ModuleNet(module, engine, name=spec)
     if net.engine == "batched":
         failed = check_vmap(spec, net, input_shape)
