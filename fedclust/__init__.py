@@ -3,9 +3,10 @@
 __version__ = "0.1.0"
 
 
-def load_client_model(path, client: int):
-    """Client ``client``'s model as a ready ``nn.Module`` from a run directory or a ``fedclust export``
+def load_client_model(path, client: int, best: bool = False):
+    """Client ``client``'s model as a ready ``nn.Module`` from a run directory or a ``fedclust export``;
+    ``best``: its model at its best-validation round (``data.validation``)
     (:func:`fedclust.export.load_client_model`)."""
     from fedclust.export import load_client_model as load
 
-    return load(path, client)
+    return load(path, client, best)

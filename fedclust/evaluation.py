@@ -118,6 +118,21 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
     return record, all_lists
 
 
+def keep_best_models(setup: RankSetup, state, record: dict) -> None:
+    """With ``data.validation``: each own client's model where this round's validation accuracy (the record's,
+    2 decimals) beats its best so far (the first of ties, as :func:`best_validation` picks the round)."""
+    val = record.get("client_validation_accuracy")
+    if val is None:
+        return
+    mine = torch.tensor(val, dtype=torch.float64)[setup.client_ids.cpu()].to(state.flat.device)
+    if state.best_models is None:
+        state.best_models, state.best_validation = state.flat.clone(), mine
+        return
+    better = mine > state.best_validation
+    state.best_models[better] = state.flat[better]
+    state.best_validation = torch.where(better, mine, state.best_validation)
+
+
 def best_validation(history: list[dict]) -> dict:
     """Per-client model selection (``data.validation``): each client's test accuracy at the evaluated round of
     its highest validation accuracy (the earliest of ties), their mean ``best_validation_accuracy`` and those

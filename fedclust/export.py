@@ -30,6 +30,7 @@ from fedclust.data import dataset, load_federated
 from fedclust.data.base import PoolDataSet
 from fedclust.engine.train import evaluate
 from fedclust.errors import DataError, OutputError
+from fedclust.evaluation import best_validation
 from fedclust.models import build_model, file_sha256, initial_weights, make_net, model_source, model_spec
 from fedclust.schema import Config, parse
 
@@ -37,6 +38,7 @@ FORMAT = "fedclust-export-1"
 MANIFEST = "manifest.json"
 MODELS = "models.safetensors"
 METHOD_MODELS = "method_models.safetensors"
+BEST_MODELS = "best_validation_models.safetensors"
 
 
 def _run_config(raw: dict) -> Config:
@@ -86,6 +88,13 @@ def _normalization(cfg) -> dict | None:
                     "inputs, else one mean and std"}
 
 
+def _best_rounds(payload: dict) -> list[int] | None:
+    """Each client's best-validation round as of the checkpoint (None without ``data.validation``)."""
+    if payload.get("best_models") is None:
+        return None
+    return best_validation(payload.get("history") or []).get("best_validation_rounds")
+
+
 def _lists(payload: dict, n: int) -> list[list[int] | None]:
     lists = payload.get("final_lists")
     if lists is None:
@@ -106,6 +115,16 @@ def _state_models(payload: dict, P: int) -> dict[str, torch.Tensor]:
     return out
 
 
+def _stacked(layout, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Flat rows ``[n, P]`` as each parameter stacked over clients, ``[n, *shape]``."""
+    n = rows.shape[0]
+    out = {}
+    for name, view_shape, offset in zip(layout.names, layout.shapes, layout.offsets):
+        size = int(np.prod(view_shape)) if view_shape else 1
+        out[name] = rows[:, offset:offset + size].reshape(n, *view_shape).contiguous()
+    return out
+
+
 def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     """Write ``models.safetensors``, ``method_models.safetensors`` (where the method keeps models of its own) and
     ``manifest.json`` into ``out_dir``; returns the manifest."""
@@ -119,11 +138,12 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
                           f"{layout.numel} parameters: the model's definition changed since the run")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {}
-    for name, view_shape, offset in zip(layout.names, layout.shapes, layout.offsets):
-        size = int(np.prod(view_shape)) if view_shape else 1
-        tensors[name] = weights[:, offset:offset + size].reshape(n, *view_shape).contiguous()
-    save_file(tensors, str(out / MODELS), metadata={"format": FORMAT, "layout": "parameter -> [clients, *shape]"})
+    save_file(_stacked(layout, weights), str(out / MODELS),
+              metadata={"format": FORMAT, "layout": "parameter -> [clients, *shape]"})
+    best = payload.get("best_models")
+    if best is not None:   # data.validation: each client's model at its best-validation round
+        save_file(_stacked(layout, best.to(torch.float32)), str(out / BEST_MODELS),
+                  metadata={"format": FORMAT, "layout": "parameter -> [clients, *shape]"})
     own = _state_models(payload, P)
     if own:
         save_file(own, str(out / METHOD_MODELS), metadata={"format": FORMAT, "layout": "flat rows [..., P]"})
@@ -148,7 +168,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
                   "tensors": [{"name": k, "shape": list(s)} for k, s in zip(layout.names, layout.shapes)]},
         "normalization": _normalization(cfg),
         "data": {"name": cfg.data.name, "path": cfg.data.path or None, "clusters": cfg.data.clusters},
-        "files": {"models": MODELS, "method_models": METHOD_MODELS if own else None},
+        "files": {"models": MODELS, "method_models": METHOD_MODELS if own else None,
+                  "best_validation_models": BEST_MODELS if best is not None else None},
+        "best_validation_rounds": _best_rounds(payload),
         "method_models": {k: list(v.shape) for k, v in own.items()},
         "client": [{"id": i, "true_cluster": None if truth is None else truth[i],
                     "found_cluster": None if found is None or len(found) != n else found[i],
@@ -158,7 +180,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     return manifest
 
 
-def load_client_model(path: str | Path, client: int) -> torch.nn.Module:
+def load_client_model(path: str | Path, client: int, best: bool = False) -> torch.nn.Module:
     """Client ``client``'s model as a ready ``nn.Module`` (eval mode, on the CPU): from an export directory
     (``manifest.json`` + ``models.safetensors``) or from a run directory (its newest checkpoint).  A user model
     is built from its ``FILE.py:NAME`` / ``module:NAME``, which must still be importable."""
@@ -171,12 +193,18 @@ def load_client_model(path: str | Path, client: int) -> torch.nn.Module:
         spec = manifest["model"]["spec"]
         module = _built(spec, tuple(manifest["model"]["input_shape"]), int(manifest["model"]["num_classes"]),
                         int(manifest["seed"]))
-        stacked = load_file(str(path / manifest["files"]["models"]))
+        key = "best_validation_models" if best else "models"
+        if not manifest["files"].get(key):
+            raise OutputError(f"{path}: no best-validation models (the run had no data.validation)")
+        stacked = load_file(str(path / manifest["files"][key]))
         state = {name: stacked[name][client] for name in stacked}
     else:
         cfg, payload, _ = read_run(path)
         layout, arch, shape, classes = _layout(cfg)
-        weights = payload["weights"].to(torch.float32)
+        weights = payload.get("best_models") if best else payload["weights"]
+        if weights is None:
+            raise OutputError(f"{path}: no best-validation models (the run had no data.validation)")
+        weights = weights.to(torch.float32)
         _check_client(client, weights.shape[0])
         module = _built(arch, shape, classes, cfg.seed)
         state = layout.views(weights[client])

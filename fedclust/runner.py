@@ -41,7 +41,7 @@ from fedclust.engine.pool import pool_losses
 from fedclust.engine.precision import apply_precision
 from fedclust.engine.train import TrainSettings, pair_losses, sample_losses, train_round
 from fedclust.errors import DivergenceError
-from fedclust.evaluation import evaluate_round, summarize
+from fedclust.evaluation import evaluate_round, keep_best_models, summarize
 from fedclust.exchange import exchange, plan_labels
 from fedclust.models import initial_weights, make_net, model_name
 from fedclust.network import Network
@@ -381,6 +381,7 @@ def _loop(cfg: Config, prepared: Prepared, stop: StopRequest) -> dict:
                              "nothing trained or exchanged")
                 if t % cfg.eval_every == 0 or t == cfg.rounds:     # every rank gathers the round's metrics
                     record, state.final_lists = evaluate_round(setup, state, outcome)
+                    keep_best_models(setup, state, record)
                     state.final_assignment = outcome.result.assignment
                     state.history.append(record)
                     if out:

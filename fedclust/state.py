@@ -43,6 +43,10 @@ class LoopState:
     final_lists: np.ndarray | None = None    # [n, m] int32 neighbour lists of the last evaluated round (-1: none)
     final_assignment: torch.Tensor | None = None   # [n] cluster of every client in the last evaluated round
     run_id: str | None = None                # the tracking (W&B) run's id
+    # data.validation: each own client's model at its best-validation round so far and that accuracy (the
+    # records' 2 decimals, so the round is the summary's best_validation_rounds); None without a split
+    best_models: torch.Tensor | None = None  # [C, P]
+    best_validation: torch.Tensor | None = None   # [C] float64, percent
     # the run's compute time: seconds of the processes before this one (each up to its last checkpoint), how
     # many processes have worked on it (this one included), and when this one started (time.time())
     seconds_before: float = 0.0
@@ -72,6 +76,8 @@ class LoopState:
                    "server_received": self.traffic.server_received, "server_sent": self.traffic.server_sent,
                    "server_max": self.traffic.server_max}
         peers, counts = _gather_lists(setup, self.round, self.stage1_peers, self.stage1_counts)
+        best_models = None if self.best_models is None else _gather(setup, self.best_models)
+        best_validation = None if self.best_validation is None else _gather(setup, self.best_validation)
         if setup.rank != 0:
             return None
         return {"config": to_dict(setup.cfg), "inputs": setup.inputs, "world_size": setup.world,
@@ -80,6 +86,7 @@ class LoopState:
                 "stage1_peers": peers, "stage1_counts": counts, "saved": _cpu(self.saved), "history": self.history,
                 "metric_lines": len(self.history), "final_lists": _cpu(self.final_lists),
                 "final_assignment": _cpu(self.final_assignment), "run_id": self.run_id,
+                "best_models": best_models, "best_validation": best_validation,
                 "run_seconds": self.run_seconds(), "starts": self.starts}
 
     @classmethod
@@ -110,6 +117,7 @@ class LoopState:
                    stage1_peers=peers, stage1_counts=counts, saved=saved, history=list(payload["history"]),
                    final_lists=None if lists is None else lists.clone().numpy(),
                    final_assignment=_to(payload["final_assignment"], setup.device), run_id=payload.get("run_id"),
+                   best_models=mine(payload.get("best_models")), best_validation=mine(payload.get("best_validation")),
                    seconds_before=float(payload["run_seconds"]), starts=int(payload["starts"]) + 1)
 
 

@@ -109,3 +109,46 @@ def test_export_of_a_directory_without_a_checkpoint_says_so(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["export", str(tmp_path / "empty"), str(tmp_path / "x")]) != 0
     assert "holds no checkpoint" in capsys.readouterr().err
+
+
+def test_the_best_validation_models_are_kept_exported_and_score_the_recorded_accuracies(tmp_path):
+    """With data.validation each client's model at its best-validation round is kept (through the checkpoint)
+    and exported: on the run's test data it scores the record's test accuracy of that client at that round."""
+    from fedclust.data import load_federated
+    from fedclust.engine.train import evaluate
+    from fedclust.export import read_run
+    from fedclust.models import initial_weights, make_net
+
+    recs = small_run(tmp_path / "v", "algorithm.name=random", "algorithm.k=2", "rounds=5", "data.validation=0.3",
+                     "train.lr=0.5")
+    m = export_run(tmp_path / "v", tmp_path / "vx")
+    rounds = m["best_validation_rounds"]
+    assert rounds == json.loads((tmp_path / "v" / "summary.json").read_text())["best_validation_rounds"]
+    assert len(set(rounds)) > 1 or rounds[0] != 5          # some client's best is not the last round
+    best = load_file(str(tmp_path / "vx" / "best_validation_models.safetensors"))
+    flat = torch.cat([best[t["name"]].reshape(8, -1) for t in m["model"]["tensors"]], dim=1)
+    cfg, _, _ = read_run(tmp_path / "v")
+    fed = load_federated(cfg.data, 8, cfg.seed, list(range(8)), device=torch.device("cpu"))
+    layout = initial_weights("mlp", (1, 28, 28), 10, cfg.seed)[0]
+    acc, _ = evaluate(flat, layout, make_net("mlp", (1, 28, 28), 10)[0], fed.test_x, fed.test_y)
+    by_round = {r["round"]: r["client_accuracy"] for r in recs}
+    assert [round(100.0 * float(a), 2) for a in acc] == [by_round[rounds[c]][c] for c in range(8)]
+    module = fedclust.load_client_model(tmp_path / "vx", 2, best=True)
+    assert torch.equal(torch.cat([p.detach().flatten() for p in module.parameters()]), flat[2])
+    with pytest.raises(fedclust.errors.OutputError, match="no best-validation models"):
+        small_run(tmp_path / "plain", "algorithm.name=random", "algorithm.k=2")
+        fedclust.load_client_model(tmp_path / "plain", 0, best=True)
+
+
+def test_the_best_validation_models_survive_a_resume(tmp_path):
+    """A run of 3 rounds extended to 5 keeps the same best-validation models as a run of 5 (through the
+    checkpoint)."""
+    extra = ("algorithm.name=random", "algorithm.k=2", "data.validation=0.3", "train.lr=0.5")
+    small_run(tmp_path / "ext", *extra)
+    small_run(tmp_path / "ext", *extra, "rounds=5")
+    small_run(tmp_path / "whole", *extra, "rounds=5")
+    got = [torch.load(sorted((tmp_path / d / "checkpoints").glob("round-*.pt"))[-1], weights_only=True)
+           for d in ("ext", "whole")]
+    assert got[0]["round"] == got[1]["round"] == 5
+    assert torch.equal(got[0]["best_models"], got[1]["best_models"])
+    assert torch.equal(got[0]["best_validation"], got[1]["best_validation"])
