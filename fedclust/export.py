@@ -28,6 +28,7 @@ from fedclust import checkpoint
 from fedclust.config import load_algorithms
 from fedclust.data import dataset, load_federated
 from fedclust.data.base import PoolDataSet
+from fedclust.data.sets.npz import by_client
 from fedclust.engine.train import evaluate
 from fedclust.errors import DataError, OutputError
 from fedclust.evaluation import best_validation
@@ -284,13 +285,4 @@ def _natural_test(path: Path, ds: PoolDataSet, data_cfg, n: int, shape: tuple[in
     if bool((count == 0).any()):
         raise DataError(f"{path}: clients {(count == 0).nonzero().flatten().tolist()[:10]} have no test example; "
                         "give every client of the run at least one")
-    width = int(count.max())
-    order = torch.argsort(owner, stable=True)
-    start = count.cumsum(0) - count
-    rank = torch.empty_like(owner)
-    rank[order] = torch.arange(len(owner)) - start[owner[order]]
-    xs = torch.zeros(n, width, *shape, dtype=torch.float32)
-    ys = torch.zeros(n, width, dtype=torch.int64)
-    xs[owner, rank] = ds.normalize(data_cfg, x)
-    ys[owner, rank] = y
-    return xs, ys, None if bool((count == width).all()) else count
+    return by_client(x, y, owner, n, torch.arange(n), lambda v: ds.normalize(data_cfg, v))

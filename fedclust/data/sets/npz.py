@@ -90,6 +90,28 @@ class Arrays(NamedTuple):
         return self.client_train, self.client_test
 
 
+def by_client(x: torch.Tensor, y: torch.Tensor, owner: torch.Tensor, n: int, ids: torch.Tensor,
+              normalize) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(x [C, W, ...], y [C, W], counts [C] | None)``: the examples of clients ``ids`` (of ``n``) in the
+    file's order, each row padded with zeros to the widest client's W of all n (``normalize``d inputs); counts
+    None where every one of the n clients has W."""
+    row_of = torch.full((n,), -1, dtype=torch.int64)
+    row_of[ids] = torch.arange(len(ids))
+    count = torch.bincount(owner, minlength=n)                      # [n] over all clients
+    width = int(count.max())
+    order = torch.argsort(owner, stable=True)                       # the file's order within a client
+    start = count.cumsum(0) - count
+    rank = torch.empty_like(owner)
+    rank[order] = torch.arange(len(owner)) - start[owner[order]]
+    rows = row_of[owner]
+    held = rows >= 0
+    xs = torch.zeros(len(ids), width, *x.shape[1:], dtype=torch.float32)
+    ys = torch.zeros(len(ids), width, dtype=torch.int64)
+    xs[rows[held], rank[held]] = normalize(x[held])
+    ys[rows[held], rank[held]] = y[held]
+    return xs, ys, None if bool((count == width).all()) else count[ids]
+
+
 def _bad(path: str, what: str, fix: str) -> DataError:
     return DataError(f"data.path '{path}': {what}; {fix}")
 
@@ -318,26 +340,12 @@ class Npz(PoolDataSet):
         a = read_arrays(cfg)
         if not a.natural:
             return super().load(cfg, num_clients, seed, ids, device)
-        n = a.num_clients
-        row_of = torch.full((n,), -1, dtype=torch.int64)
-        row_of[ids] = torch.arange(len(ids))
         owner_train, owner_test = a.owners()
         out, counts = [], []
         for x, y, owner in ((a.train_x, a.train_y, owner_train), (a.test_x, a.test_y, owner_test)):
-            count = torch.bincount(owner, minlength=n)                      # [n] over all clients
-            width = int(count.max())
-            order = torch.argsort(owner, stable=True)                       # the file's order within a client
-            start = count.cumsum(0) - count
-            rank = torch.empty_like(owner)
-            rank[order] = torch.arange(len(owner)) - start[owner[order]]
-            rows = row_of[owner]
-            held = rows >= 0
-            xs = torch.zeros(len(ids), width, *x.shape[1:], dtype=torch.float32)
-            ys = torch.zeros(len(ids), width, dtype=torch.int64)
-            xs[rows[held], rank[held]] = self.normalize(cfg, x[held])
-            ys[rows[held], rank[held]] = y[held]
+            xs, ys, count = by_client(x, y, owner, a.num_clients, ids, lambda v: self.normalize(cfg, v))
             out += [xs.to(device), ys.to(device)]
-            counts.append(None if bool((count == width).all()) else count[ids].to(device))
+            counts.append(None if count is None else count.to(device))
         train_x, train_y, test_x, test_y = out
         return FederatedData(
             train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
