@@ -117,13 +117,9 @@ def _state_models(payload: dict, P: int) -> dict[str, torch.Tensor]:
 
 
 def _stacked(layout, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Flat rows ``[n, P]`` as each parameter stacked over clients, ``[n, *shape]``."""
-    n = rows.shape[0]
-    out = {}
-    for name, view_shape, offset in zip(layout.names, layout.shapes, layout.offsets):
-        size = int(np.prod(view_shape)) if view_shape else 1
-        out[name] = rows[:, offset:offset + size].reshape(n, *view_shape).contiguous()
-    return out
+    """Flat rows ``[n, P]`` as each parameter stacked over clients, ``[n, *shape]`` (safetensors stores each
+    tensor whole, so each view is copied out)."""
+    return {name: view.contiguous() for name, view in layout.views(rows).items()}
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
