@@ -1,7 +1,8 @@
 """The tables of docs/results_paper_settings.md from the run directories of experiments/sets/paper_settings.txt:
 one table per setting (the list's folders), one row per run, in the list's order, from each run's summary.json,
-config.yaml and the last record of metrics.jsonl.  Per-cluster accuracy: the mean final accuracy of each true
-cluster's clients (contiguous blocks of data.cluster_sizes, as fedclust deals them).
+config.yaml and the last record of metrics.jsonl
+(precision and ARI left blank where the data has one true cluster or none known).  Per-cluster accuracy: the mean
+final accuracy of each true cluster's clients (contiguous blocks of data.cluster_sizes, as fedclust deals them).
 
     python3 experiments/paper_settings_table.py runs > table.md
 """
@@ -42,8 +43,11 @@ def row(run: Path) -> dict | None:
     return {
         "label": s.get("label") or s["algorithm"], "accuracy": s.get("final_accuracy"),
         "worst": s.get("worst_cluster_accuracy") if s.get("true_clusters", 0) > 1 else None, "clusters": clusters,
-        "oracle_head": s.get("final_accuracy_oracle_head"), "precision": s.get("neighbor_precision"),
-        "ari": s.get("ari"), "seconds": s.get("mean_round_seconds"), "rounds": s.get("rounds_completed"),
+        "oracle_head": s.get("final_accuracy_oracle_head"),
+        # one true cluster (or none known): every peer is in it, so precision and ARI say nothing
+        "precision": s.get("neighbor_precision") if s.get("true_clusters", 0) > 1 else None,
+        "ari": s.get("ari") if s.get("true_clusters", 0) > 1 else None,
+        "seconds": s.get("mean_round_seconds"), "rounds": s.get("rounds_completed"),
     }
 
 
