@@ -42,11 +42,11 @@ def row(run: Path) -> dict | None:
         clusters = " / ".join(f"{m:.1f}" for m in means)
     return {
         "label": s.get("label") or s["algorithm"], "accuracy": s.get("final_accuracy"),
-        "worst": s.get("worst_cluster_accuracy") if s.get("true_clusters", 0) > 1 else None, "clusters": clusters,
+        "worst": s.get("worst_cluster_accuracy") if (s.get("true_clusters") or 0) > 1 else None, "clusters": clusters,
         "oracle_head": s.get("final_accuracy_oracle_head"),
         # one true cluster (or none known): every peer is in it, so precision and ARI say nothing
-        "precision": s.get("neighbor_precision") if s.get("true_clusters", 0) > 1 else None,
-        "ari": s.get("ari") if s.get("true_clusters", 0) > 1 else None,
+        "precision": s.get("neighbor_precision") if (s.get("true_clusters") or 0) > 1 else None,
+        "ari": s.get("ari") if (s.get("true_clusters") or 0) > 1 else None,
         "seconds": s.get("mean_round_seconds"), "rounds": s.get("rounds_completed"),
     }
 
