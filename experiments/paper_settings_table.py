@@ -1,8 +1,8 @@
 """The tables of docs/results_paper_settings.md from the run directories of experiments/sets/paper_settings.txt:
 one table per setting (the list's folders), one row per run, in the list's order, from each run's summary.json,
-config.yaml and the last record of metrics.jsonl
-(precision and ARI left blank where the data has one true cluster or none known).  Per-cluster accuracy: the mean
-final accuracy of each true cluster's clients (contiguous blocks of data.cluster_sizes, as fedclust deals them).
+config.yaml and the last record of metrics.jsonl (precision and ARI left blank where the data has one true
+cluster or none known).  Per-cluster accuracy: the mean final accuracy of each true cluster's clients (contiguous
+blocks of data.cluster_sizes, else near-equal ones, as fedclust deals them).
 
     python3 experiments/paper_settings_table.py runs > table.md
 """
@@ -32,11 +32,12 @@ def row(run: Path) -> dict | None:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     last = json.loads((run / "metrics.jsonl").read_text().strip().splitlines()[-1])
     acc = last.get("client_accuracy") or []
-    sizes = (cfg.get("data") or {}).get("cluster_sizes") or []
+    data = cfg.get("data") or {}
+    count = int(data.get("num_clusters") or 1)
     clusters = ""
-    if sizes and len(acc) == sum(sizes):
+    if data.get("name") != "npz" and count > 1 and acc:
         cuts = [0]
-        for b in block_sizes(sum(sizes), len(sizes), sizes):
+        for b in block_sizes(len(acc), count, data.get("cluster_sizes") or ()):
             cuts.append(cuts[-1] + b)
         means = [sum(acc[a:b]) / (b - a) for a, b in zip(cuts, cuts[1:])]
         clusters = " / ".join(f"{m:.1f}" for m in means)
