@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Each method published since PANM in its own paper's setting, on the Fashion-MNIST analogue
 # (docs/results_paper_settings.md): the client files of experiments/paper_settings_data.py, then every run of
-# experiments/sets/paper_settings.txt (lines "DIR CONFIG KEY=VALUE ...", DIR under OUT), one at a time, then one
-# fedclust report per setting.  A run whose summary.json exists is skipped, so an interrupted sweep resumes.
+# experiments/sets/paper_settings.txt (lines "DIR CONFIG KEY=VALUE ...", DIR under OUT), one at a time, then the
+# page's tables (experiments/paper_settings_table.py).  A run whose summary.json exists is skipped, so an
+# interrupted sweep resumes.
 #
 #   OUT=runs bash experiments/paper_settings.sh                  # about 2 hours on 2 CPU cores
 #   EXTRA="device=cuda" OUT=runs bash experiments/paper_settings.sh
@@ -19,8 +20,4 @@ while read -r dir config rest; do
   OMP_NUM_THREADS=${THREADS:-2} $FEDCLUST run "$config" $rest out="$OUT/$dir" progress=false figures=false $EXTRA \
     >> "$OUT/$dir.log" 2>&1 || echo "failed: $dir (see $OUT/$dir.log)"
 done < "$LIST"
-for setting in $(cut -d' ' -f1 "$LIST" | xargs -n1 dirname | uniq); do
-  ls "$OUT/$setting"/*/summary.json > /dev/null 2>&1 || continue
-  $FEDCLUST report "$OUT/$setting"/*/ --metrics final_accuracy,worst_cluster_accuracy,neighbor_precision,ari \
-    > "$OUT/$setting/table.md" && echo "table: $OUT/$setting/table.md"
-done
+python3 experiments/paper_settings_table.py "$OUT" > "$OUT/paper_settings.md" && echo "tables: $OUT/paper_settings.md"

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedclust.data.skew import dirichlet_proportions, fit_to_pool, indices_from_counts, largest_remainder
+from fedclust.data.skew import skewed_indices
 from fedclust.data.sources import load_fmnist
 
 
@@ -38,12 +38,9 @@ def arrays(x_tr, y_tr, x_te, y_te, train_rows: list[np.ndarray], test_rows: list
 
 
 def el_dirichlet(raw, clients: int, train: int, test: int, alpha: float, seed: int) -> dict:
-    y_tr = raw.train_y.to(torch.int64)
-    ids = torch.arange(clients)
-    p = dirichlet_proportions(seed, ids, 10, alpha)                        # [n, 10], fedclust's dirichlet split
-    counts = largest_remainder(p.to(torch.float64), torch.full((clients,), train, dtype=torch.int64))
-    counts = fit_to_pool(counts, torch.bincount(y_tr, minlength=10), seed, "partition_fit")  # as fedclust's split
-    split = indices_from_counts(counts, y_tr, seed, "train", distinct=True)
+    # the training split is fedclust's own dirichlet split (data.partition=dirichlet), its test split unused
+    split, _ = skewed_indices(raw.train_y, raw.test_y, clients, seed, num_classes=10, partition="dirichlet",
+                              train_size=train, test_size=test, alpha=alpha)
     rows = list(torch.split(split.examples, split.sizes.tolist()))
     order = np.random.default_rng(seed).permutation(len(raw.test_y))[: clients * test]
     tests = np.split(order, clients)                                       # uniform, distinct across clients
