@@ -61,6 +61,11 @@ key, the bad value and the fix).
 """
 
 
+TRUST_HELP = ("import the code the run names (its plugins, its user model's file), which is never done otherwise: "
+              "read those files first; a user model is imported only if it is the run's own (docs/running.md, "
+              "\"Sharing runs and exports\")")
+
+
 def version() -> str:
     """The installed distribution's version, else the source tree's."""
     from importlib.metadata import PackageNotFoundError
@@ -156,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "some (method_models.safetensors) and manifest.json into OUT_DIR.")
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("out_dir", metavar="OUT_DIR")
+    e.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     v = sub.add_parser("evaluate", help="every client's model on the run's test data, or on a file of new data",
                        description="Evaluate every client's model of RUN_DIR's newest checkpoint on the run's own "
                                    "test data (the run's client_accuracy of that round), or on --data FILE: an "
@@ -164,13 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--data", metavar="FILE", help="an .npz with x_test, y_test and client_test (the run's client "
                                                   "ids), normalised as the run's inputs")
     v.add_argument("--json", action="store_true", help='print {"accuracy": ..., "client_accuracy": [...]}')
+    v.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     return p
 
 
 def _export(args) -> int:
     from fedclust.export import export_run
 
-    m = export_run(args.run_dir, args.out_dir)
+    m = export_run(args.run_dir, args.out_dir, args.trust_code)
     extra = f" and the method's models ({', '.join(m['method_models'])})" if m["method_models"] else ""
     print(f"fedclust: exported {m['clients']} client models of round {m['round']} ({m['model']['spec']}){extra} "
           f"to {args.out_dir}")
@@ -182,7 +189,7 @@ def _evaluate(args) -> int:
 
     from fedclust.export import evaluate_run
 
-    r = evaluate_run(args.run_dir, args.data)
+    r = evaluate_run(args.run_dir, args.data, args.trust_code)
     if args.json:
         print(json.dumps({"accuracy": r["accuracy"], "client_accuracy": r["client_accuracy"]}))
     else:

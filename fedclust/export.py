@@ -18,6 +18,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,14 +31,26 @@ from fedclust import checkpoint
 from fedclust.config import load_algorithms
 from fedclust.data import dataset, load_federated
 from fedclust.data.base import PoolDataSet
-from fedclust.data.sets.npz import by_client
+from fedclust.data.sets.npz import by_client, read_test_clients
 from fedclust.engine.train import evaluate
 from fedclust.errors import DataError, OutputError
 from fedclust.evaluation import best_validation
-from fedclust.models import build_model, file_sha256, initial_weights, make_net, model_source, model_spec
+from fedclust.models import (
+    build_model,
+    definition_sha256,
+    file_sha256,
+    initial_weights,
+    is_user_model,
+    make_net,
+    model_fingerprint,
+    model_source,
+    model_spec,
+)
 from fedclust.schema import Config, parse
+from fedclust.trust import check_fingerprint, check_model_file, code_in_config, require_trust
 
-FORMAT = "fedclust-export-1"
+FORMAT = "fedclust-export-2"   # 2: each file's SHA-256 in the manifest, checked on load
+FORMATS = ("fedclust-export-1", FORMAT)   # 1 (read with a warning): before file checksums
 MANIFEST = "manifest.json"
 MODELS = "models.safetensors"
 METHOD_MODELS = "method_models.safetensors"
@@ -47,8 +62,10 @@ def _run_config(raw: dict) -> Config:
     return parse(raw)
 
 
-def read_run(run_dir: str | Path) -> tuple[Config, dict, Path]:
-    """``(config, checkpoint payload, its path)`` of a run directory's newest checkpoint that reads back whole."""
+def read_run(run_dir: str | Path, trust_code: bool = False) -> tuple[Config, dict, Path]:
+    """``(config, checkpoint payload, its path)`` of a run directory's newest checkpoint that reads back whole.
+    The code its config names (plugins, a user model) is imported only with ``trust_code``, and a user model only
+    when it is the run's (:mod:`fedclust.trust`); otherwise :class:`fedclust.trust.UntrustedCode` names it."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise OutputError(f"{run_dir} is not a directory: give a run directory (the out= of a run)")
@@ -57,7 +74,17 @@ def read_run(run_dir: str | Path) -> tuple[Config, dict, Path]:
         raise OutputError(f"{run_dir} holds no checkpoint that reads back whole ({checkpoint.directory(run_dir)}): "
                           "run it (or run it again) to write one")
     path, payload = found
-    return _run_config(payload["config"]), payload, path
+    raw = payload["config"]
+    where = f"run {run_dir} (checkpoint {path.name})"
+    require_trust(where, code_in_config(raw), trust_code)
+    record = (payload.get("inputs") or {}).get("model")
+    if isinstance(raw.get("model"), str) and is_user_model(raw["model"]):
+        check_model_file(raw["model"], record, where)           # before its file is imported
+    cfg = _run_config(raw)
+    if is_user_model(cfg.model):
+        arch, shape, classes = _model_facts(cfg)
+        check_fingerprint(arch, shape, classes, record, where)   # once built: its definition and shapes
+    return cfg, payload, path
 
 
 def _model_facts(cfg) -> tuple[str, tuple[int, ...], int]:
@@ -122,11 +149,13 @@ def _stacked(layout, rows: torch.Tensor) -> dict[str, torch.Tensor]:
     return {name: view.contiguous() for name, view in layout.views(rows).items()}
 
 
-def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
+def export_run(run_dir: str | Path, out_dir: str | Path, trust_code: bool = False) -> dict:
     """Write ``models.safetensors``, ``method_models.safetensors`` (where the method keeps models of its own) and
-    ``manifest.json`` into ``out_dir``; returns the manifest."""
+    ``manifest.json`` into ``out_dir``; returns the manifest.  The export is written into a folder beside
+    ``out_dir`` and renamed into place, the manifest last (with each file's SHA-256): a killed export leaves the
+    earlier export or none.  ``out_dir`` must be absent, empty or an earlier export (:func:`_replaceable`)."""
 
-    cfg, payload, path = read_run(run_dir)
+    cfg, payload, path = read_run(run_dir, trust_code)
     layout, arch, shape, classes = _layout(cfg)
     weights = payload["weights"].to(torch.float32)
     n, P = weights.shape
@@ -134,16 +163,32 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
         raise OutputError(f"{run_dir}: its checkpoint holds models of {P} numbers, the model {arch} has "
                           f"{layout.numel} parameters: the model's definition changed since the run")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(_stacked(layout, weights), str(out / MODELS),
-              metadata={"format": FORMAT, "layout": "parameter -> [clients, *shape]"})
+    _replaceable(out)
+    tensors = {MODELS: (_stacked(layout, weights), "parameter -> [clients, *shape]")}
     best = payload.get("best_models")
     if best is not None:   # data.validation: each client's model at its best-validation round
-        save_file(_stacked(layout, best.to(torch.float32)), str(out / BEST_MODELS),
-                  metadata={"format": FORMAT, "layout": "parameter -> [clients, *shape]"})
+        tensors[BEST_MODELS] = (_stacked(layout, best.to(torch.float32)), "parameter -> [clients, *shape]")
     own = _state_models(payload, P)
     if own:
-        save_file(own, str(out / METHOD_MODELS), metadata={"format": FORMAT, "layout": "flat rows [..., P]"})
+        tensors[METHOD_MODELS] = (own, "flat rows [..., P]")
+    manifest = _manifest(cfg, payload, path, run_dir, layout, (arch, shape, classes), n, own, best is not None)
+
+    def write(folder: Path) -> None:
+        mode = 0o666 & ~_umask()
+        for name, (content, form) in tensors.items():
+            save_file(content, str(folder / name), metadata={"format": FORMAT, "layout": form})
+            os.chmod(folder / name, mode)   # safetensors creates its files 0600; the rest of an export follows umask
+        manifest["sha256"] = {name: file_sha256(str(folder / name)) for name in tensors}
+        _write_synced(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")   # last: names what is whole
+
+    _write_folder(out, write)
+    return manifest
+
+
+def _manifest(cfg, payload: dict, path: Path, run_dir, layout, model: tuple, n: int, own: dict,
+              best: bool) -> dict:
+    """The manifest of an export (every entry but the files' checksums)."""
+    arch, shape, classes = model
     saved = payload.get("saved") or {}
     truth = saved.get("clusters")
     truth = None if truth is None else [int(c) for c in np.asarray(truth)]
@@ -151,7 +196,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     found = None if found is None else [int(c) for c in torch.as_tensor(found).tolist()]
     lists = _lists(payload, n)
     source = model_source(arch)
-    manifest = {
+    return {
         "format": FORMAT,
         "run_dir": str(Path(run_dir)),
         "checkpoint": path.name,
@@ -161,42 +206,165 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
         "seed": cfg.seed,
         "clients": n,
         "model": {"spec": arch, "source": source, "source_sha256": file_sha256(source) if source else None,
+                  "definition_sha256": (definition_sha256(source, arch.rpartition(":")[2]) if source else None),
+                  "fingerprint": model_fingerprint(arch, shape, classes) if is_user_model(arch) else None,
                   "input_shape": list(shape), "num_classes": classes, "parameters": layout.numel,
                   "tensors": [{"name": k, "shape": list(s)} for k, s in zip(layout.names, layout.shapes)]},
         "normalization": _normalization(cfg),
         "data": {"name": cfg.data.name, "path": cfg.data.path or None, "clusters": cfg.data.clusters},
         "files": {"models": MODELS, "method_models": METHOD_MODELS if own else None,
-                  "best_validation_models": BEST_MODELS if best is not None else None},
+                  "best_validation_models": BEST_MODELS if best else None},
         "best_validation_rounds": _best_rounds(payload),
         "method_models": {k: list(v.shape) for k, v in own.items()},
         "client": [{"id": i, "true_cluster": None if truth is None else truth[i],
                     "found_cluster": None if found is None or len(found) != n else found[i],
                     "neighbors": lists[i]} for i in range(n)],
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+EXPORT_FILES = (MANIFEST, MODELS, METHOD_MODELS, BEST_MODELS)
+
+
+def _replaceable(out: Path) -> None:
+    """``out`` may take an export: absent, an empty folder, or an earlier export holding nothing but its files.
+    Anything else is refused, naming up to five of its entries: an export replaces only an export."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise OutputError(f"{out} is a file: give a folder for the export (OUT_DIR)")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    foreign = [e for e in entries if e not in EXPORT_FILES]
+    if MANIFEST in entries and not foreign:
+        return
+    shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+    what = ("is not an export (no manifest.json)" if MANIFEST not in entries
+            else "holds files an export does not write")
+    raise OutputError(f"{out} {what}: {shown}; an export replaces only an earlier export: give another OUT_DIR (a new "
+                      "or empty folder)")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _write_folder(out: Path, write) -> None:
+    """``write(folder)`` into a new folder beside ``out`` (made under the user's umask), then renamed to ``out``
+    (an earlier export there moved aside first and removed after): a reader, or an export killed midway, sees the
+    earlier folder whole, the new one whole, or none.  Folders a killed export left beside ``out`` go first."""
+    parent = out.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob(f".{out.name}.export-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = parent / f".{out.name}.export-new{os.getpid()}"
+    tmp.mkdir()
+    try:
+        write(tmp)
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+        if out.exists():
+            old = parent / f".{out.name}.export-old{os.getpid()}"
+            os.rename(out, old)
+            os.rename(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _read_manifest(path: Path) -> dict:
+    """An export's manifest, checked: a known format, file names inside the export folder."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"{path / MANIFEST} cannot be read as JSON ({exc}); export the run again") from None
+    if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS:
+        got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise OutputError(f"{path / MANIFEST}: format {got!r} is not a fedclust export ({', '.join(FORMATS)})")
+    for key, name in (manifest.get("files") or {}).items():
+        if name is not None and not _inside(path, name):
+            raise OutputError(f"{path / MANIFEST}: files.{key} = {name!r} is not a file name inside the export "
+                              "folder; an export names only its own files (export the run again)")
     return manifest
 
 
-def load_client_model(path: str | Path, client: int, best: bool = False) -> torch.nn.Module:
+def _inside(folder: Path, name) -> bool:
+    """Whether ``name`` is a plain file name that stays inside ``folder`` (no separator, no ``..``)."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or os.sep in name:
+        return False
+    return (folder / name).resolve().parent == folder.resolve()
+
+
+def _verified(path: Path, manifest: dict, name: str) -> Path:
+    """``path/name``, its SHA-256 checked against the manifest's (an export before checksums: a warning)."""
+    file = path / name
+    sums = manifest.get("sha256")
+    if sums is None:
+        warnings.warn(f"{path} is an export of an earlier fedclust ({manifest.get('format')}), without checksums: "
+                      f"{name} is used unverified", stacklevel=3)
+        return file
+    if not file.is_file():
+        raise OutputError(f"{file} is missing: the export is not whole; export the run again")
+    got = file_sha256(str(file))
+    if got != sums.get(name):
+        raise OutputError(f"{file} is not what was exported: its SHA-256 is {got[:12]}..., the manifest records "
+                          f"{str(sums.get(name))[:12]}... (the file was changed or damaged); export the run again")
+    return file
+
+
+def load_client_model(path: str | Path, client: int, best: bool = False, trust_code: bool = False) -> torch.nn.Module:
     """Client ``client``'s model as a ready ``nn.Module`` (eval mode, on the CPU): from an export directory
-    (``manifest.json`` + ``models.safetensors``) or from a run directory (its newest checkpoint).  A user model
-    is built from its ``FILE.py:NAME`` / ``module:NAME``, which must still be importable."""
+    (``manifest.json`` + ``models.safetensors``, each file checked against the manifest's SHA-256) or from a run
+    directory (its newest checkpoint).  A user model is built from its ``FILE.py:NAME`` / ``module:NAME`` only with
+    ``trust_code`` and when it is the run's (:mod:`fedclust.trust`)."""
     path = Path(path)
     if (path / MANIFEST).is_file():
-
-        manifest = json.loads((path / MANIFEST).read_text())
+        manifest = _read_manifest(path)
         n = int(manifest["clients"])
         _check_client(client, n)
-        spec = manifest["model"]["spec"]
-        module = _built(spec, tuple(manifest["model"]["input_shape"]), int(manifest["model"]["num_classes"]),
-                        int(manifest["seed"]))
+        model = manifest["model"]
+        spec, shape, classes = model["spec"], tuple(model["input_shape"]), int(model["num_classes"])
+        if is_user_model(spec):
+            where = f"export {path}"
+            require_trust(where, [("model", spec)], trust_code)
+            record = {"sha256": model.get("source_sha256"), "definition_sha256": model.get("definition_sha256"),
+                      "fingerprint": model.get("fingerprint")}
+            check_model_file(spec, record, where)
+            check_fingerprint(spec, shape, classes, record, where)
+        module = _built(spec, shape, classes, int(manifest["seed"]))
         key = "best_validation_models" if best else "models"
         if not manifest["files"].get(key):
             raise OutputError(f"{path}: no best-validation models (the run had no data.validation)")
-        stacked = load_file(str(path / manifest["files"][key]))
+        stacked = load_file(str(_verified(path, manifest, manifest["files"][key])))
         state = {name: stacked[name][client] for name in stacked}
     else:
-        cfg, payload, _ = read_run(path)
+        cfg, payload, _ = read_run(path, trust_code)
         layout, arch, shape, classes = _layout(cfg)
         weights = payload.get("best_models") if best else payload["weights"]
         if weights is None:
@@ -225,12 +393,12 @@ def _check_client(client: int, n: int) -> None:
         raise OutputError(f"client {client}: the run has clients 0..{n - 1}")
 
 
-def evaluate_run(run_dir: str | Path, data: str | Path | None = None) -> dict:
+def evaluate_run(run_dir: str | Path, data: str | Path | None = None, trust_code: bool = False) -> dict:
     """``{"accuracy": mean percent, "client_accuracy": [percent per client], "round": r, "data": ...}`` of the
     run's newest checkpoint: on the run's own test data, or on ``data`` (a natural-form file of test examples,
-    client ids of the run)."""
+    client ids of the run).  ``trust_code``: as :func:`read_run`."""
 
-    cfg, payload, _ = read_run(run_dir)
+    cfg, payload, _ = read_run(run_dir, trust_code)
     layout, arch, shape, classes = _layout(cfg)
     weights = payload["weights"].to(torch.float32)
     n = weights.shape[0]
@@ -254,31 +422,7 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None) -> dict:
 
 
 def _natural_test(path: Path, ds: PoolDataSet, data_cfg, n: int, shape: tuple[int, ...], classes: int):
-    """``(x [n, W, *shape], y [n, W], counts [n] | None)`` of a natural-form file's test examples, normalised as
-    the run's inputs; every client of the run must have at least one."""
-    try:
-        with np.load(path) as f:
-            arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: cannot be read as an .npz file ({exc})") from None
-    missing = [k for k in ("x_test", "y_test", "client_test") if k not in arrays]
-    if missing:
-        raise DataError(f"{path}: no {', '.join(missing)}: --data takes a file of test examples in the natural "
-                        "form (x_test, y_test, client_test: the client id of every example)")
-    x = torch.as_tensor(arrays["x_test"])
-    y = torch.as_tensor(arrays["y_test"]).to(torch.int64)
-    owner = torch.as_tensor(arrays["client_test"]).to(torch.int64)
-    if tuple(x.shape[1:]) != tuple(shape):
-        raise DataError(f"{path}: x_test's examples have shape {list(x.shape[1:])}, the run's model takes "
-                        f"{list(shape)}")
-    if len(y) != len(x) or len(owner) != len(x):
-        raise DataError(f"{path}: x_test, y_test and client_test must have one entry per example")
-    if len(owner) and (int(owner.min()) < 0 or int(owner.max()) >= n):
-        raise DataError(f"{path}: client_test holds ids outside the run's clients 0..{n - 1}")
-    if len(y) and (int(y.min()) < 0 or int(y.max()) >= classes):
-        raise DataError(f"{path}: y_test holds labels outside the run's classes 0..{classes - 1}")
-    count = torch.bincount(owner, minlength=n)
-    if bool((count == 0).any()):
-        raise DataError(f"{path}: clients {(count == 0).nonzero().flatten().tolist()[:10]} have no test example; "
-                        "give every client of the run at least one")
+    """``(x [n, W, *shape], y [n, W], counts [n] | None)`` of a natural-form file's test examples, checked as a
+    training file is (:func:`fedclust.data.sets.npz.read_test_clients`), normalised as the run's inputs."""
+    x, y, owner = read_test_clients(str(path), n, shape, classes)
     return by_client(x, y, owner, n, torch.arange(n), lambda v: ds.normalize(data_cfg, v))

@@ -62,13 +62,13 @@ def test_export_holds_every_clients_model_and_evaluate_gives_the_runs_accuracies
 def test_a_user_models_client_comes_back_as_its_own_class(tmp_path):
     small_run(tmp_path / "u", "algorithm.name=random", "algorithm.k=2",
               f"model={HERE / 'plugins' / 'user_models.py'}:TabularNet")
-    export_run(tmp_path / "u", tmp_path / "ux")
-    module = fedclust.load_client_model(tmp_path / "ux", 2)
+    export_run(tmp_path / "u", tmp_path / "ux", trust_code=True)   # the run names the model's file (tests/test_trust.py)
+    module = fedclust.load_client_model(tmp_path / "ux", 2, trust_code=True)
     assert type(module).__name__ == "TabularNet" and not module.training
     flat = torch.cat([p.detach().flatten() for p in module.parameters()])
     assert torch.equal(flat, newest_weights(tmp_path / "u")[2])
     with pytest.raises(fedclust.errors.OutputError, match="clients 0..7"):
-        fedclust.load_client_model(tmp_path / "ux", 8)
+        fedclust.load_client_model(tmp_path / "ux", 8, trust_code=True)
 
 
 def natural(path, owners, seed=0):

@@ -150,7 +150,7 @@ LAYERS = [
     {"fedclust.algorithms"},
     {"fedclust.config", "fedclust.outputs", "fedclust.figures", "fedclust.report", "fedclust.checkpoint",
      "fedclust.tracking", "fedclust.evaluation", "fedclust.stopping", "fedclust.rank", "fedclust.state",
-     "fedclust.upgrade", "fedclust.rank0", "fedclust.exchange", "fedclust.export"},
+     "fedclust.upgrade", "fedclust.rank0", "fedclust.exchange", "fedclust.export", "fedclust.trust"},
     {"fedclust.runner"},
     {"fedclust.bench"},                       # the measurement tools: beside the CLI, above the product
     {"fedclust.cli", "fedclust.__main__"},

@@ -20,7 +20,7 @@ python3 -c "import json, sys; s = json.load(open(sys.argv[1])); print('final', r
 s['data_partition'])" "$OUT/fmnist/summary.json"
 
 # 2. The models taken away: safetensors + manifest, and one client's model as a ready nn.Module.
-$FEDCLUST export "$OUT/fmnist" "$OUT/fmnist_export"
+$FEDCLUST export --trust-code "$OUT/fmnist" "$OUT/fmnist_export"   # the run names your model file
 python3 - "$OUT/fmnist_export" <<'PY'
 import sys
 
@@ -28,7 +28,8 @@ import torch
 
 import fedclust
 
-model = fedclust.load_client_model(sys.argv[1], client=3)          # your TabularMLP, eval mode
+# trust_code: you wrote the model file this export names (fedclust never imports it otherwise)
+model = fedclust.load_client_model(sys.argv[1], client=3, trust_code=True)   # your TabularMLP, eval mode
 print(type(model).__name__, "for client 3:", model(torch.zeros(1, 1, 28, 28)).argmax(1).tolist())
 PY
 

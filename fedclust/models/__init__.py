@@ -30,10 +30,12 @@ from fedclust.models.user import (  # noqa: F401
     build_user,
     check_module,
     check_vmap,
+    definition_sha256,
     file_sha256,
     is_user_model,
     model_fingerprint,
     model_source,
+    source_file,
     user_factory,
 )
 

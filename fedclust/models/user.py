@@ -133,6 +133,21 @@ def definition(source: str, name: str) -> list[str]:
     return sorted(ast.dump(_without_docstrings(tree.body[i])) for i in keep)
 
 
+def source_file(spec: str) -> Path | None:
+    """The file a ``FILE.py:NAME`` spec names, resolved as a run resolves it (from the working directory), without
+    importing anything; None for a built-in or a ``package.module:NAME`` spec (Python finds that one)."""
+    if not is_user_model(spec):
+        return None
+    target = str(spec).rpartition(":")[0]
+    return Path(target).expanduser().resolve() if target.endswith(".py") else None
+
+
+def definition_sha256(source: str | Path, name: str) -> str:
+    """The SHA-256 of :func:`definition` (what a model's results depend on in its file), read from the file's text
+    alone: the part of :func:`model_fingerprint` that can be checked before the file is imported."""
+    return hashlib.sha256(json.dumps(definition(str(source), name)).encode()).hexdigest()
+
+
 def model_fingerprint(spec: str, input_shape: tuple[int, ...], num_classes: int) -> str:
     """The SHA-256 of what a user model's results depend on: its :func:`definition` in its file, and the names
     and shapes of the parameters and buffers of the module ``NAME(input_shape, num_classes)`` builds.  A

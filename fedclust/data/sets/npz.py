@@ -51,6 +51,7 @@ from fedclust.data.base import (
 from fedclust.data.registry import register
 from fedclust.errors import ConfigError, DataError
 from fedclust.schema import DataConfig
+from fedclust.sizes import host_memory_available
 
 POOL_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 CLIENT_ARRAYS = ("client_train", "client_test")
@@ -112,57 +113,187 @@ def by_client(x: torch.Tensor, y: torch.Tensor, owner: torch.Tensor, n: int, ids
     return xs, ys, None if bool((count == width).all()) else count[ids]
 
 
-def _bad(path: str, what: str, fix: str) -> DataError:
-    return DataError(f"data.path '{path}': {what}; {fix}")
+def _bad(path: str, what: str, fix: str, key: str = "data.path") -> DataError:
+    return DataError(f"{key} '{path}': {what}; {fix}")
+
+
+KNOWN_ARRAYS = POOL_ARRAYS + CLIENT_ARRAYS + ("cluster", "num_classes")   # all a file is read for; others stay on disk
+MEMORY_FACTOR = 3   # an array's bytes as stored, then as tensors (int64 labels, float32 after normalisation) beside it
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")   # a zip's first bytes (an empty zip: its end record)
+SAVEZ = ("write it with numpy.savez(FILE.npz, x_train=..., y_train=..., x_test=..., y_test=...) of numeric arrays "
+         "(no objects or strings)")
 
 
 def _read(path: str) -> dict:
-    """The file's named arrays as numpy arrays."""
+    """The file's arrays that fedclust reads (:data:`KNOWN_ARRAYS`) as numpy arrays; any other is never loaded."""
     if path.endswith(".pt"):
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:   # pickle and zip errors come in many types
-            raise _bad(path, f"cannot read it with torch.load(weights_only=True) ({type(err).__name__}: {err})",
-                       "save a dict of tensors with torch.save({'x_train': ..., ...}, FILE.pt)") from err
-        if not isinstance(obj, dict):
-            raise _bad(path, f"holds a {type(obj).__name__}, not a dict of named tensors",
-                       "save a dict of tensors with torch.save({'x_train': ..., ...}, FILE.pt)")
-        out = {}
-        for k, v in obj.items():
-            if isinstance(v, (int, float)):
-                v = np.asarray(v)
-            elif isinstance(v, torch.Tensor):
-                v = v.detach().cpu().numpy()
-            elif not isinstance(v, np.ndarray):
-                raise _bad(path, f"entry '{k}' is a {type(v).__name__}, not a tensor", "store tensors only")
-            out[str(k)] = v
-        return out
+        return _read_pt(path)
+    return read_npz(path, KNOWN_ARRAYS)
+
+
+def _read_pt(path: str) -> dict:
+    fix = "save a dict of tensors with torch.save({'x_train': ..., ...}, FILE.pt)"
+    try:   # mmap: a tensor's pages are read when it is used, so entries fedclust does not read cost no memory
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:   # pickle and zip errors come in many types
+        raise _bad(path, f"cannot read it with torch.load(weights_only=True) ({type(err).__name__}: {err})",
+                   fix) from err
+    if not isinstance(obj, dict):
+        raise _bad(path, f"holds a {type(obj).__name__}, not a dict of named tensors", fix)
+    out = {}
+    for k, v in obj.items():
+        if str(k) not in KNOWN_ARRAYS:
+            continue
+        if isinstance(v, (int, float)):
+            v = np.asarray(v)
+        elif isinstance(v, torch.Tensor):
+            v = v.detach().cpu().numpy()
+        elif not isinstance(v, np.ndarray):
+            raise _bad(path, f"entry '{k}' is a {type(v).__name__}, not a tensor", "store tensors only")
+        out[str(k)] = v
+    return out
+
+
+def _header(z: zipfile.ZipFile, member: str) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of one ``.npy`` member of an archive, from its header alone."""
+    with z.open(member) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:   # 3.0: utf-8 field names; numpy's reader of every version
+            shape, _, dtype = getattr(np.lib.format, "_read_array_header")(f, version)
+    return tuple(shape), dtype
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
+def read_npz(path: str, wanted: tuple[str, ...], key: str = "data.path") -> dict:
+    """The arrays of ``wanted`` that the ``.npz`` at ``path`` holds, and nothing else: each one's shape and dtype
+    read from its header first, so that a file that is no zip archive, an array of Python objects, or arrays
+    larger than the memory free here are refused (a DataError naming ``key``) before anything is loaded."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as err:
+        raise _bad(path, f"cannot read it as .npz ({err.strerror or err})", SAVEZ, key) from err
+    if head not in ZIP_MAGIC:
+        shown = head.hex(" ") or "nothing: the file is empty"
+        raise _bad(path, f"cannot read it as .npz: it is not a zip archive, as numpy.savez writes (its first bytes: "
+                   f"{shown})", SAVEZ, key)
+    try:
+        with zipfile.ZipFile(path) as z:
+            members = {m[:-4]: m for m in z.namelist() if m.endswith(".npy")}
+            headers = {k: _header(z, members[k]) for k in wanted if k in members}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
+        raise _bad(path, f"cannot read it as .npz ({type(err).__name__}: {err})", SAVEZ, key) from err
+    need = 0
+    for name, (shape, dtype) in headers.items():
+        if dtype.hasobject:
+            raise _bad(path, f"array '{name}' holds Python objects (dtype {dtype}), which fedclust never unpickles",
+                       "store numbers (integers or floats)", key)
+        need += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    free = host_memory_available()
+    if free and need * MEMORY_FACTOR > free:
+        sizes = ", ".join(f"{k} {list(s)} {d}" for k, (s, d) in headers.items())
+        raise _bad(path, f"its arrays take {_human(need)} as stored ({sizes}), and about {MEMORY_FACTOR}x that while "
+                   f"read, more than the {_human(free)} of memory free here", "use a machine with more memory, or "
+                   "fewer or smaller examples", key)
     try:
         with np.load(path, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
+            return {k: f[k] for k in headers}
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
-        raise _bad(path, f"cannot read it as .npz ({type(err).__name__}: {err})",
-                   "write it with numpy.savez(FILE.npz, x_train=..., y_train=..., x_test=..., y_test=...) of numeric "
-                   "arrays (no objects or strings)") from err
+        raise _bad(path, f"cannot read it as .npz ({type(err).__name__}: {err})", SAVEZ, key) from err
 
 
-def _numeric(path: str, name: str, a: np.ndarray) -> None:
+def _numeric(path: str, name: str, a: np.ndarray, key: str = "data.path") -> None:
     if a.dtype.kind not in "biuf":
-        raise _bad(path, f"array '{name}' has dtype {a.dtype}", "store numbers (integers or floats)")
+        raise _bad(path, f"array '{name}' has dtype {a.dtype}", "store real numbers (integers or floats)", key)
 
 
-def _ids(path: str, name: str, a: np.ndarray, length: int, of: str) -> torch.Tensor:
+def _ids(path: str, name: str, a: np.ndarray, length: int, of: str, key: str = "data.path") -> torch.Tensor:
     """A 1-D integer array of ``length`` non-negative values."""
     if a.dtype.kind not in "iu":
         raise _bad(path, f"array '{name}' has dtype {a.dtype}, not integers",
-                   f"store {of} as integers (e.g. {name}.astype(numpy.int64))")
+                   f"store {of} as integers (e.g. {name}.astype(numpy.int64))", key)
     if a.ndim != 1 or len(a) != length:
-        raise _bad(path, f"array '{name}' has shape {list(a.shape)}", f"it needs one entry per {of}: shape [{length}]")
+        raise _bad(path, f"array '{name}' has shape {list(a.shape)}", f"it needs one entry per {of}: shape [{length}]",
+                   key)
     t = torch.from_numpy(a.astype(np.int64))
     if len(t) and int(t.min()) < 0:
         i = int(torch.nonzero(t < 0)[0])
-        raise _bad(path, f"array '{name}' holds {int(t[i])} at index {i}", f"{of} must be >= 0")
+        raise _bad(path, f"array '{name}' holds {int(t[i])} at index {i}", f"{of} must be >= 0", key)
     return t
+
+
+def check_split(path: str, split: str, x: np.ndarray, y: np.ndarray,
+                key: str = "data.path") -> tuple[torch.Tensor, torch.Tensor]:
+    """``x_{split}`` and ``y_{split}`` checked (numbers, finite, one example a row; integer labels >= 0, one a
+    row), as tensors (x as stored, y int64)."""
+    _numeric(path, f"x_{split}", x, key)
+    if x.ndim < 2 or len(x) == 0:
+        raise _bad(path, f"array 'x_{split}' has shape {list(x.shape)}",
+                   "it needs one example per row and at least one row: [N, *input_shape]", key)
+    if y.dtype.kind not in "iu":
+        fix = ("labels must be integers 0..K-1: renumber them with y_train, y_test = numpy.unique("
+               "numpy.concatenate([y_train, y_test]), return_inverse=True)[1] split back at len(y_train)"
+               if y.dtype.kind in "USOb" else
+               f"labels must be integers 0..K-1 (y_{split}.astype(numpy.int64) if they are whole numbers)")
+        raise _bad(path, f"array 'y_{split}' has dtype {y.dtype}, not integers", fix, key)
+    if y.ndim != 1 or len(y) != len(x):
+        raise _bad(path, f"array 'y_{split}' has shape {list(y.shape)} but x_{split} has {len(x)} rows",
+                   f"give one label per example: y_{split} of shape [{len(x)}]", key)
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
+        bad = np.argwhere(~np.isfinite(x.reshape(len(x), -1)).all(axis=1)).ravel()
+        raise _bad(path, f"array 'x_{split}' holds NaN or inf values in {len(bad)} example(s), the first at "
+                         f"row {int(bad[0])}", "replace or drop them", key)
+    yt = torch.from_numpy(y.astype(np.int64))
+    if len(yt) and int(yt.min()) < 0:
+        i = int(torch.nonzero(yt < 0)[0])
+        raise _bad(path, f"array 'y_{split}' holds label {int(yt[i])} at index {i}", "labels must be 0..K-1", key)
+    return torch.from_numpy(np.ascontiguousarray(x)), yt
+
+
+TEST_ARRAYS = ("x_test", "y_test", "client_test")
+
+
+def read_test_clients(path: str, n: int, shape: tuple[int, ...], classes: int,
+                      key: str = "--data") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x, y, owner)`` of a file of new test examples in the natural form (``x_test``, ``y_test``,
+    ``client_test``) for a run of ``n`` clients whose model takes ``shape`` and ``classes``: only those arrays read,
+    with the training file's checks (:func:`read_npz`, :func:`check_split`, :func:`_ids`) and every client of the
+    run holding at least one example; a DataError naming ``key`` and the file otherwise."""
+    arrays = (_read_pt(path) if path.endswith(".pt") else read_npz(path, TEST_ARRAYS, key))
+    missing = [k for k in TEST_ARRAYS if k not in arrays]
+    if missing:
+        raise _bad(path, f"no {', '.join(missing)} (it holds: {', '.join(sorted(arrays)) or 'none of them'})",
+                   "give a file of test examples in the natural form: x_test, y_test and client_test (the run's "
+                   "client id of every example)", key)
+    x, y = check_split(path, "test", arrays["x_test"], arrays["y_test"], key)
+    owner = _ids(path, "client_test", arrays["client_test"], len(y), "test example's client", key)
+    if tuple(x.shape[1:]) != tuple(shape):
+        raise _bad(path, f"x_test's examples have shape {list(x.shape[1:])}, the run's model takes {list(shape)}",
+                   f"give examples of shape {list(shape)}", key)
+    if int(owner.max()) >= n:
+        i = int(torch.nonzero(owner >= n)[0])
+        raise _bad(path, f"client_test holds client {int(owner[i])} at index {i}, outside the run's clients "
+                   f"0..{n - 1}", "give the run's client ids", key)
+    if int(y.max()) >= classes:
+        i = int(torch.nonzero(y >= classes)[0])
+        raise _bad(path, f"y_test holds label {int(y[i])} at index {i}, outside the run's classes 0..{classes - 1}",
+                   "give labels of the run's classes", key)
+    count = torch.bincount(owner, minlength=n)
+    if bool((count == 0).any()):
+        raise _bad(path, f"clients {(count == 0).nonzero().flatten().tolist()[:10]} have no test example",
+                   "give every client of the run at least one", key)
+    return x, y, owner
 
 
 def _stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -183,34 +314,11 @@ def check_arrays(path: str, arrays: dict) -> Arrays:
                    "store x_train, y_train, x_test, y_test (and client_train, client_test for clients of your own)")
     xs, ys = {}, {}
     for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        _numeric(path, f"x_{split}", x)
-        if x.ndim < 2 or len(x) == 0:
-            raise _bad(path, f"array 'x_{split}' has shape {list(x.shape)}",
-                       "it needs one example per row and at least one row: [N, *input_shape]")
-        if y.dtype.kind not in "iu":
-            fix = ("labels must be integers 0..K-1: renumber them with y_train, y_test = numpy.unique("
-                   "numpy.concatenate([y_train, y_test]), return_inverse=True)[1] split back at len(y_train)"
-                   if y.dtype.kind in "USOb" else
-                   f"labels must be integers 0..K-1 (y_{split}.astype(numpy.int64) if they are whole numbers)")
-            raise _bad(path, f"array 'y_{split}' has dtype {y.dtype}, not integers", fix)
-        if y.ndim != 1 or len(y) != len(x):
-            raise _bad(path, f"array 'y_{split}' has shape {list(y.shape)} but x_{split} has {len(x)} rows",
-                       f"give one label per example: y_{split} of shape [{len(x)}]")
-        if x.dtype.kind == "f" and not np.isfinite(x).all():
-            bad = np.argwhere(~np.isfinite(x.reshape(len(x), -1)).all(axis=1)).ravel()
-            raise _bad(path, f"array 'x_{split}' holds NaN or inf values in {len(bad)} example(s), the first at "
-                             f"row {int(bad[0])}", "replace or drop them")
-        xs[split], ys[split] = torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(y.astype(np.int64))
+        xs[split], ys[split] = check_split(path, split, arrays[f"x_{split}"], arrays[f"y_{split}"])
     if xs["train"].shape[1:] != xs["test"].shape[1:]:
         raise _bad(path, f"x_train's examples have shape {list(xs['train'].shape[1:])} but x_test's "
                          f"{list(xs['test'].shape[1:])}", "give both splits the same input shape")
     top = max(int(ys["train"].max()), int(ys["test"].max()))
-    for split in ("train", "test"):
-        y = ys[split]
-        if int(y.min()) < 0:
-            i = int(torch.nonzero(y < 0)[0])
-            raise _bad(path, f"array 'y_{split}' holds label {int(y[i])} at index {i}", "labels must be 0..K-1")
     if "num_classes" in arrays:
         k = arrays["num_classes"]
         if k.ndim != 0 or k.dtype.kind not in "iu" or int(k) < 2:
