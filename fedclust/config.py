@@ -11,6 +11,7 @@ Config, load_config`` is all a script needs.
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 
 import torch
@@ -19,7 +20,14 @@ from fedclust.algorithms import registry
 from fedclust.algorithms.base import RunFacts
 from fedclust.data import check_data, dataset
 from fedclust.data.validation import check_share
-from fedclust.dist import available_memory, exchange_column_bytes, exchange_columns, resolve_device, world_from_env
+from fedclust.dist import (
+    available_memory,
+    exchange_column_bytes,
+    exchange_columns,
+    launch_rank,
+    resolve_device,
+    world_from_env,
+)
 from fedclust.errors import ConfigError
 from fedclust.importing import import_target
 from fedclust.models import check_input, initial_weights, is_user_model, make_net, model_spec
@@ -44,6 +52,12 @@ from fedclust.schema import (  # noqa: F401
     valid_keys,
     validate_core,
 )
+
+
+def note(text: str) -> None:
+    """One line at start-up about the config (a fact a user should know, not an error), from one process only."""
+    if launch_rank() == 0:
+        print(f"fedclust: note: {text}", file=sys.stderr, flush=True)
 
 
 def load_plugin(spec: str) -> None:
@@ -199,7 +213,7 @@ def check_network(cfg: Config, algorithm) -> None:
     if net.graph == "file":
         if not net.path:
             raise ConfigError("network.path", net.path, "network.graph=file needs the edge list: network.path=FILE")
-        read_edge_list(net.path, n)   # refused here, naming what is wrong, before anything starts
+        read_edge_list(net.path, n, say=note)   # refused here, naming what is wrong, before anything starts
 
 
 def check_exchange(cfg: Config, algorithm) -> None:

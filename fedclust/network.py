@@ -72,26 +72,60 @@ def graph_seed(seed: int, epoch: int, attempt: int, stream: str = "graph") -> in
     return int(rng.hash_ints(seed, epoch, stream, torch.tensor(attempt), 0)) % 2**32
 
 
-def read_edge_list(path: str | Path, n: int) -> Any:
-    """The graph of an edge-list file (``i j`` a line, client ids, as networkx
-    reads it); ConfigError on ``network.path`` naming what is wrong: a file
-    that cannot be read, a client that does not exist, a self-loop, a graph
-    that is not connected (every client must be reachable)."""
+EDGE_FIX = "one edge a line, two client ids separated by spaces ('3 17'); '#' starts a comment"
+
+
+def _edges(path: str | Path) -> list[tuple[int, int]]:
+    """The ``(i, j)`` pairs of an edge-list file, as written; ConfigError on ``network.path`` naming the first
+    line that is not two client ids (a comma-separated line, a weight column, a word) or a file with no edge."""
     field = "network.path"
     try:
-        g = nx.read_edgelist(str(path), nodetype=int, data=False)
-    except (OSError, TypeError, ValueError, nx.NetworkXError) as exc:
-        raise ConfigError(field, str(path), f"cannot be read as an edge list of client ids, one 'i j' pair a line "
-                          f"({type(exc).__name__}: {exc}); fix the file or choose another network.graph") from None
-    bad = sorted(v for v in g.nodes if not 0 <= v < n)
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(field, str(path), f"cannot be read ({exc}); give a text file of edges: {EDGE_FIX}") from None
+    edges = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        parts = text.split()
+        if len(parts) == 3 and all(p.lstrip("-").isdigit() for p in parts[:2]):
+            raise ConfigError(field, str(path), f"line {number} ('{line.strip()}') has a third column: a graph says "
+                              "only who may talk to whom, and fedclust has no use for edge weights; drop the column")
+        if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
+            how = " (comma-separated: separate the ids by spaces)" if "," in text else ""
+            raise ConfigError(field, str(path), f"cannot be read as an edge list: line {number} ('{line.strip()}') "
+                              f"is not two client ids{how}; {EDGE_FIX}")
+        edges.append((int(parts[0]), int(parts[1])))
+    if not edges:
+        what = "it is empty" if not lines else "only comments and blank lines"
+        raise ConfigError(field, str(path), f"holds no edge ({what}); give {EDGE_FIX}")
+    return edges
+
+
+def read_edge_list(path: str | Path, n: int, say=None) -> Any:
+    """The graph of an edge-list file (:func:`_edges`), undirected: an edge given in one direction only is used
+    both ways (``say`` is told so once, in one line); ConfigError on ``network.path`` naming what is wrong: a
+    line that is not an edge, a client that does not exist, a self-loop, a graph that is not connected (every
+    client must be reachable)."""
+    field = "network.path"
+    edges = _edges(path)
+    bad = sorted({v for e in edges for v in e if not 0 <= v < n})
     if bad:
         raise ConfigError(field, str(path), f"names client {bad[0]}, but clients are 0..{n - 1} (clients = {n}); "
                           "fix the file or raise clients")
-    loops = sorted(v for v, w in nx.selfloop_edges(g))
+    loops = sorted(i for i, j in edges if i == j)
     if loops:
         raise ConfigError(field, str(path), f"has a self-loop on client {loops[0]}: a client is never its own "
                           "neighbour; remove that line")
+    given = set(edges)
+    one_way = {(i, j) for i, j in given if (j, i) not in given}
+    if one_way and say is not None:
+        say(f"network.path {path}: {len(one_way)} of its {len(given)} edges are listed in one direction only; "
+            "fedclust's graphs are undirected, so each is used both ways")
+    g = nx.Graph()
     g.add_nodes_from(range(n))
+    g.add_edges_from(edges)
     if not nx.is_connected(g):
         parts = nx.number_connected_components(g)
         alone = sorted(v for v in g.nodes if g.degree(v) == 0)

@@ -91,6 +91,35 @@ def test_a_graph_file_is_read_and_what_is_wrong_in_it_is_named(tmp_path):
         read_edge_list(good, 5)
 
 
+def test_an_edge_list_is_read_as_the_user_meant_it(tmp_path, capsys):
+    """Undirected, said once when edges are listed one way; a weight column, commas and a file with no edge are
+    refused naming the first line that could not be read (issue 44, part 4)."""
+    one_way = tmp_path / "one_way.txt"
+    one_way.write_text("0 1\n1 2\n2 3\n")
+    told = []
+    g = read_edge_list(one_way, 4, say=told.append)
+    assert sorted(g.edges) == [(0, 1), (1, 2), (2, 3)] and len(told) == 1
+    assert "3 of its 3 edges are listed in one direction only" in told[0] and "used both ways" in told[0]
+    both_ways = tmp_path / "both.txt"
+    both_ways.write_text("0 1\n1 0\n1 2\n2 1\n2 3\n3 2\n")
+    told.clear()
+    assert sorted(read_edge_list(both_ways, 4, say=told.append).edges) == [(0, 1), (1, 2), (2, 3)] and told == []
+    cases = {"0 1 0.5\n1 2 0.5\n2 3 1\n": "line 1 ('0 1 0.5') has a third column",
+             "0,1\n1,2\n2,3\n": "line 1 ('0,1') is not two client ids (comma-separated",
+             "": "holds no edge (it is empty)", "# only a note\n\n": "holds no edge (only comments and blank lines)",
+             "0 1\n1 x\n": "line 2 ('1 x') is not two client ids"}
+    for text, why in cases.items():
+        bad = tmp_path / "bad.txt"
+        bad.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            read_edge_list(bad, 4)
+        assert e.value.field == "network.path" and why in str(e.value), (text, str(e.value))
+    # the config check says it once, from the process that writes the run
+    load_config(None, ["clients=4", "data.name=synthetic", "algorithm.name=random", "algorithm.k=1",
+                       "network.graph=file", f"network.path={one_way}"])
+    assert capsys.readouterr().err.count("listed in one direction only") == 1
+
+
 def test_within_keeps_a_choice_to_the_graph_as_a_plain_intersection():
     g = make_graph(net(graph="regular", degree=4), 16, 3, 0)
     ids = torch.arange(4, 12)
