@@ -41,7 +41,8 @@ export -f run_one
 
 lines() {   # SETTING CONFIG "SEEDS" CLUSTERS
   local setting=$1 config=$2 seeds=$3 c=$4
-  local per="ifca.clusters=$c dfca.clusters=$c facade.heads=$c fedspd.clusters=$c fedgroup.groups=$c"
+  # every method's cluster count in one line: other_sections=true (each method reads its own; docs/running.md)
+  local per="ifca.clusters=$c dfca.clusters=$c facade.heads=$c fedspd.clusters=$c fedgroup.groups=$c other_sections=true"
   for s in $seeds; do for m in "${SEED_METHODS[@]}" "${NEW_METHODS[@]}"; do
     echo "$setting $config $s $m $per"
   done; done

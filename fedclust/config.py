@@ -10,6 +10,7 @@ Config, load_config`` is all a script needs.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -54,10 +55,10 @@ from fedclust.schema import (  # noqa: F401
 )
 
 
-def note(text: str) -> None:
+def note(text: str, kind: str = "note") -> None:
     """One line at start-up about the config (a fact a user should know, not an error), from one process only."""
     if launch_rank() == 0:
-        print(f"fedclust: note: {text}", file=sys.stderr, flush=True)
+        print(f"fedclust: {kind}: {text}", file=sys.stderr, flush=True)
 
 
 def load_plugin(spec: str) -> None:
@@ -98,6 +99,7 @@ def validate(cfg: Config) -> None:
     sections, the device, the data."""
     validate_core(cfg)
     algorithm = registry.get(cfg.algorithm.name)
+    check_no_effect(cfg, algorithm)
     algorithm.check(cfg)
     check_exchange(cfg, algorithm)
     check_network(cfg, algorithm)
@@ -120,6 +122,71 @@ def validate(cfg: Config) -> None:
     facts = run_facts(cfg)
     personal_columns(cfg, algorithm, facts.layout)
     algorithm.check_run(cfg, facts)
+    warn_cluster_count(cfg, algorithm)
+
+
+def _changed(cfg: Config, key: str) -> bool:
+    """Whether the dotted core key ``key`` differs from its default."""
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name) != getattr(getattr(Config(), section), name)
+
+
+# (key, when it has an effect, why not otherwise, the fix): a key set away from its default where it has none is
+# refused, so that an experiment never quietly runs without the condition it names.
+_NO_EFFECT = (
+    ("network.path", lambda c: c.network.graph == "file", "is read only with network.graph=file",
+     "set network.graph=file to use the edge list, or drop network.path"),
+    ("network.degree", lambda c: c.network.graph in ("regular", "small_world"),
+     "is a regular or small_world graph's degree", "set network.graph=regular (or small_world), or drop the key"),
+    ("network.p_edge", lambda c: c.network.graph == "erdos_renyi", "is an erdos_renyi graph's edge probability",
+     "set network.graph=erdos_renyi, or drop the key"),
+    ("network.rewire", lambda c: c.network.graph == "small_world", "is a small_world graph's rewiring probability",
+     "set network.graph=small_world, or drop the key"),
+    ("network.redraw_every", lambda c: c.network.graph in ("regular", "erdos_renyi", "small_world"),
+     "draws a random graph again, and only regular, erdos_renyi and small_world graphs are drawn at random (the "
+     "complete graph, the ring and a file's are the same every round)", "choose a random network.graph, or drop "
+     "the key"),
+    ("network.straggler_work", lambda c: c.network.stragglers > 0, "is the share of its steps a straggler "
+     "completes, and network.stragglers = 0 makes none", "set network.stragglers > 0, or drop the key"),
+    ("attack.kind", lambda c: c.attack.fraction > 0, "chooses the attack, and attack.fraction = 0 makes no "
+     "attacker", "set attack.fraction > 0 (e.g. 0.2), or drop the key"),
+    ("attack.scale", lambda c: c.attack.fraction > 0 and c.attack.kind != "label_flip",
+     "scales a sign_flip or gaussian attack, and this run has none (attack.fraction = 0, or label_flip)",
+     "drop the key, or set attack.fraction > 0 with attack.kind=sign_flip or gaussian"),
+)
+
+
+def check_no_effect(cfg: Config, algorithm) -> None:
+    """Refuse a key set away from its default where it would change nothing (:data:`_NO_EFFECT`), and a key of
+    another algorithm's section (``dac.tau`` with ``algorithm.name=panm_grad``) unless ``other_sections=true``."""
+    for key, applies, why, fix in _NO_EFFECT:
+        if _changed(cfg, key) and not applies(cfg):
+            value = getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1])
+            raise ConfigError(key, value, f"has no effect on this run: it {why}; {fix}")
+    if cfg.other_sections:
+        return
+    own = set(algorithm.sections)
+    for name, section in cfg.sections.items():
+        if name in own:
+            continue
+        default = dataclasses.asdict(SECTIONS[name]())
+        for key, value in dataclasses.asdict(section).items():
+            if value != default.get(key):
+                readers = ", ".join(sorted(n for n in registry.names() if name in registry.get(n).sections))
+                raise ConfigError(f"{name}.{key}", value, f"is read by {readers}, not by algorithm.name = "
+                                  f"{cfg.algorithm.name}, so it would have no effect: drop it, or set "
+                                  "other_sections=true in a config shared by several algorithms (a sweep)")
+
+
+def warn_cluster_count(cfg: Config, algorithm) -> None:
+    """One line at start when the method's number of clusters differs from the data's known number."""
+    key = algorithm.cluster_count_key
+    if not key or not dataset(cfg.data).has_true_clusters(cfg.data):
+        return
+    value = functools.reduce(getattr, key.split("."), cfg)
+    if value != cfg.data.num_clusters:
+        note(f"{key} = {value} but the data has {cfg.data.num_clusters} clusters (data.num_clusters); "
+             f"{cfg.algorithm.name} looks for {value}", "warning")
 
 
 def validation_split(cfg: Config, algorithm) -> tuple[float, str]:

@@ -404,6 +404,12 @@ class Config:
                                     resumable=True,
         doc=("seconds (finite, `> 0`) the processes of a run of several wait for each other to start; a "
             "rank that died or hangs before the process group forms is named after it"))
+    other_sections: bool = option(False, "true: the config may set keys of other algorithms' sections (one file "
+                                         "for a sweep over algorithm.name); they are not read. false: such a key "
+                                         "is refused, since it would have no effect", resumable=True,
+        doc=("`true`: the config may set keys in sections of algorithms other than `algorithm.name` (one "
+            "file shared by a sweep over `algorithm.name`, e.g. `ifca.clusters` beside `fpfc`); they are not "
+            "read. `false`: such a key, which would have no effect on the run, is refused naming it"))
     # sections of the registered algorithms (pens, panm, fedprox, ...), reached as cfg.<name>
     sections: dict = field(default_factory=_default_sections, repr=False)
 

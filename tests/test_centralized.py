@@ -115,7 +115,7 @@ def plain_round(cfg, models, anchor=None, mu=0.0):
 def test_fedavg_and_fedprox_round_equal_a_plain_computation(tmp_path, name, mu):
     """After one round every client holds the mean of the models trained
     from the global w0 (FedProx: with the proximal term towards w0)."""
-    cfg, s = run_cfg(tmp_path, f"algorithm.name={name}", f"fedprox.mu={mu}", "rounds=1")
+    cfg, s = run_cfg(tmp_path, f"algorithm.name={name}", *([f"fedprox.mu={mu}"] if mu else []), "rounds=1")
     _, w0 = initial_weights("mlp", (cfg.data.synthetic_dim,), 10, cfg.seed)
     trained, data, module, layout = plain_round(cfg, w0.expand(cfg.clients, -1), anchor=w0, mu=mu)
     layout.load_into(module, trained.mean(0))

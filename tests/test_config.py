@@ -175,6 +175,7 @@ OUT_OF_RANGE = {
     "checkpoint_every": ("-1", []),
     "resume": ("sometimes", []),
     "overwrite": ("maybe", []),
+    "other_sections": ("maybe", []),
     "collective_timeout": ("0", []),
     "startup_timeout": ("0", []),
     "network.graph": ("mesh", []),

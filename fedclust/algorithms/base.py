@@ -360,6 +360,9 @@ class Algorithm:
     extra_accuracies: ClassVar[tuple[str, ...]] = ()
     # The config key of validation_share, named by the errors about it.
     validation_key: ClassVar[str] = ""
+    # The key of the number of clusters (models, heads, groups) it looks for ("ifca.clusters"); a run whose data
+    # has another known number of clusters is warned at start.  "": it takes no such number.
+    cluster_count_key: ClassVar[str] = ""
 
     @classmethod
     def from_config(cls, cfg) -> "Algorithm":

@@ -129,6 +129,7 @@ class Dfca(PeerAlgorithm):
     choice_masks = False    # index lists: the round's partners
     gathers_labels = True   # every client's a_j travels with the models
     sections = {"dfca": DfcaConfig}
+    cluster_count_key = "dfca.clusters"
     extra_accuracies = ("accuracy_best_of_k",)
     personal_layers = False   # its own merge of k models a client
 

@@ -115,6 +115,7 @@ class Facade(PeerAlgorithm):
     gathers_labels = True    # every client's a_j travels with the models
     personal_layers = False  # its heads are merged by index, its core gossiped
     sections = {"facade": FacadeConfig}
+    cluster_count_key = "facade.heads"
     extra_accuracies = ("accuracy_oracle_head",)
 
     @classmethod

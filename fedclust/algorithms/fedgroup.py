@@ -311,6 +311,7 @@ class FedGroup(Algorithm):
     name = "fedgroup"
     report_position = 11
     sections = {"fedgroup": FedGroupConfig}
+    cluster_count_key = "fedgroup.groups"
 
     @classmethod
     def from_config(cls, cfg) -> "FedGroup":

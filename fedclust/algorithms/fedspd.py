@@ -175,6 +175,7 @@ class Fedspd(PeerAlgorithm):
     gathers_labels = True    # every client's group (and cluster) travels with the models
     personal_layers = False  # its own models
     sections = {"fedspd": FedspdConfig}
+    cluster_count_key = "fedspd.clusters"
 
     @classmethod
     def from_config(cls, cfg, facts: RunFacts) -> "Fedspd":  # type: ignore[override]  # takes the run's facts

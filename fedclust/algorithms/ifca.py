@@ -129,6 +129,7 @@ class Ifca(Algorithm):
     gathers_labels = True
     column_exchange = True
     sections = {"ifca": IfcaConfig}
+    cluster_count_key = "ifca.clusters"
     paper_results = {("synthetic", None, 4): (60.42, 0.17)}
 
     @classmethod

@@ -23,6 +23,7 @@ GOLDEN_OVERRIDES = [
     "clients=8", "rounds=8", "stage1_rounds=4", "algorithm.k=2", "algorithm.l=3", "seed=3",
     "ifca.restart_rounds=2", "cfl.warmup=2", "fedgroup.pretrain_scale=2", "facade.warmup=3", "progress=false",
     "figures=false", "fedspd.finetune_rounds=2",
+    "other_sections=true",   # one config for every algorithm: each reads its own section (the run's numbers unchanged)
 ]
 WALL_TIME_KEYS = ("round_seconds", "wall_seconds", "mean_round_seconds", "process_seconds", "starts")
 
