@@ -39,8 +39,8 @@ import yaml
 from fedclust import upgrade
 from fedclust.algorithms import registry
 from fedclust.errors import CheckpointError, ConfigError
-from fedclust.models import file_sha256, model_fingerprint, model_name, model_source, model_spec
-from fedclust.outputs import RUN_FILES
+from fedclust.models import definition_sha256, file_sha256, model_fingerprint, model_name, model_source, model_spec
+from fedclust.outputs import RUN_FILES, check_run_dir
 from fedclust.peers import pack_bits, unpack_bits  # noqa: F401  (how checkpoints hold bool masks)
 from fedclust.rank import RankSetup
 from fedclust.schema import CORE_KEYS, resumable_keys
@@ -282,6 +282,8 @@ def input_files(cfg) -> dict:
     if "model" in out:
         _, shape, classes = model_spec(cfg)
         out["model"]["fingerprint"] = model_fingerprint(spec, shape, classes)
+        # the fingerprint's part read from the file's text alone: checked before a shared run's model is imported
+        out["model"]["definition_sha256"] = definition_sha256(out["model"]["path"], spec.rpartition(":")[2])
     return out
 
 
@@ -309,7 +311,10 @@ def changed_inputs(saved: dict, now: dict) -> str | None:
 def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
     """The checkpoint this run resumes from (None: start afresh).
 
-    A run directory is never replaced unless asked: with no checkpoint to
+    A folder that is not empty and not a run directory of fedclust's (its
+    marker, or an earlier fedclust's config.yaml) is refused, with
+    ``overwrite=true`` too (:func:`fedclust.outputs.check_run_dir`).  A run
+    directory is never replaced unless asked: with no checkpoint to
     continue, files of an earlier run are refused unless they are this same
     config's (a run killed before its first checkpoint starts again from round
     1: nothing of it is lost, every draw being a function of (seed, round,
@@ -320,6 +325,7 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise ConfigError("out", str(out), "is a file; choose a directory path for the run")
+    check_run_dir(p, cfg.overwrite)
     taken = [f for f in RUN_FILES if (p / f).exists()] + ([DIRNAME] if candidates(out) else [])
     replace = "set overwrite=true to replace it"
     if cfg.resume == "never":

@@ -75,7 +75,8 @@ class Prepared(NamedTuple):
 def prepare(cfg: Config) -> Prepared:
     """Checks that must pass before any data is read or process group starts:
     the run directory can be written, W&B can log, and the resume decision
-    (:func:`fedclust.checkpoint.choose`).  Creates nothing."""
+    (:func:`fedclust.checkpoint.choose`, which also refuses a folder that is
+    neither empty nor fedclust's own).  Creates nothing."""
     run_dir = cfg.out or default_out(cfg)
     check_writable(run_dir)
     check_credentials(cfg)
@@ -362,7 +363,8 @@ def _empty_round(setup: Setup, state: LoopState, t: int, t0: float, stop_flag: b
 
 def _loop(cfg: Config, prepared: Prepared, stop: StopRequest) -> dict:
     run_dir = prepared.run_dir
-    with RunLock.for_rank(run_dir, launch_rank()):            # one run writes a directory at a time
+    # rank 0 marks the directory as a run's (its first write there), then locks it: one run writes it at a time
+    with RunLock.for_rank(run_dir, launch_rank()):
         fabric = make_fabric(cfg.device, cfg.collective_timeout, cfg.startup_timeout)   # one process per device
         setup = build(cfg, fabric)                                 # this rank's clients, their data, the algorithm
         resumed = prepared.resume_from[0] if prepared.resume_from is not None else None

@@ -281,14 +281,15 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
 
 
 def test_a_run_on_a_directory_in_use_is_refused_and_writes_nothing(tmp_path):
-    from fedclust.outputs import LOCK_NAME, RunLock
+    from fedclust.outputs import LOCK_NAME, MARKER_NAME, RunLock
 
     out = tmp_path / "run"
-    with RunLock(out):
+    with RunLock(out):                          # the holder marked the directory, then locked it
+        before = files(out)
         with pytest.raises(ConfigError) as e:
             small_run(out)
         assert e.value.field == "out" and "in use" in str(e.value)
-        assert [p.name for p in out.iterdir()] == [LOCK_NAME]
+        assert sorted(files(out)) == sorted([MARKER_NAME, LOCK_NAME]) and files(out) == before
     summary = small_run(out)                    # released: the run goes ahead, then releases the lock itself
     assert summary["rounds_completed"] == 4
     RunLock(out).release()

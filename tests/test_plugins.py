@@ -150,7 +150,7 @@ LAYERS = [
     {"fedclust.algorithms"},
     {"fedclust.config", "fedclust.outputs", "fedclust.figures", "fedclust.report", "fedclust.checkpoint",
      "fedclust.tracking", "fedclust.evaluation", "fedclust.stopping", "fedclust.rank", "fedclust.state",
-     "fedclust.upgrade", "fedclust.rank0", "fedclust.exchange", "fedclust.export", "fedclust.trust"},
+     "fedclust.upgrade", "fedclust.rank0", "fedclust.exchange", "fedclust.export", "fedclust.trust", "fedclust.setting"},
     {"fedclust.runner"},
     {"fedclust.bench"},                       # the measurement tools: beside the CLI, above the product
     {"fedclust.cli", "fedclust.__main__"},
@@ -174,7 +174,7 @@ def _imports(path: Path):
             names = [f"{node.module}.{a.name}" for a in node.names]
             for full in names:
                 path = full.replace(".", "/")   # a module, or a package (its __init__.py)
-                known = f"{path}.py" in _FILES or f"{path}/__init__.py" in _FILES
+                known = f"{path}.py" in _FILES or f"{path}/__init__.py" in _FILES or any(full in g for g in LAYERS)
                 yield (full if known else node.module), id(node) in top
         elif isinstance(node, ast.Import):
             for a in node.names:
