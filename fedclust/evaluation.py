@@ -17,6 +17,8 @@ from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, nei
 from fedclust.models import model_record
 from fedclust.peers import PeerIndex, as_indices, peer_counts
 from fedclust.rank import RankSetup
+from fedclust.schema import to_dict
+from fedclust.setting import run_setting
 
 METRICS_PER_CLIENT = 6   # accuracy, loss, precision, recall, models received, most received in a round
 
@@ -208,6 +210,10 @@ def summarize(setup: RankSetup, history: list[dict], wall: float, process: float
         **({"model_fingerprint": setup.inputs["model"]["fingerprint"]}
            if "fingerprint" in setup.inputs.get("model", {}) else {}),
         **({"data_sha256": setup.inputs["data.path"]["sha256"]} if "data.path" in setup.inputs else {}),
+        # every key that can change the run's numbers (fedclust.setting): fedclust report never pools runs whose
+        # settings differ; and each file the run read, by its key: absolute path and SHA-256
+        "setting": run_setting(to_dict(cfg), setup.inputs),
+        "inputs": {k: {"path": v["path"], "sha256": v["sha256"]} for k, v in setup.inputs.items()},
         "clients": cfg.clients,
         "rounds": cfg.rounds,
         "stage1_rounds": setup.stage1_end,

@@ -43,7 +43,8 @@ from fedclust import figures
 from fedclust.algorithms import registry
 from fedclust.data import registry as data_registry
 from fedclust.models import default_arch
-from fedclust.schema import Config, DataConfig
+from fedclust.schema import CORE_KEYS, Config, DataConfig
+from fedclust.setting import differing, run_setting
 
 # metric (a summary.json field) -> (title, digits shown)
 METRICS = {
@@ -101,6 +102,8 @@ class Setting(NamedTuple):
     options: str | None = None     # data.options as "split=balanced"; None: none (or not recorded: no config.yaml)
     model_id: str | None = None    # a user model's fingerprint (else its file's SHA-256, older runs); None: a
     #                                built-in, or not recorded
+    extra: tuple = ()              # ((key, value), ...): the other setting keys the report's runs differ in
+    #                                (network.graph, attack.fraction, train.lr ...), each run's value
 
     @property
     def data_setting(self) -> tuple:
@@ -125,7 +128,8 @@ def reference(data: str) -> dict:
 def is_reference(key: Setting | None) -> bool:
     """Whether the setting is exactly the papers' for its data set (a field not recorded never is)."""
     ref = reference(key.data) if key is not None else {}
-    return bool(ref) and key is not None and key.layout is None and all(getattr(key, f) == v for f, v in ref.items())
+    return (bool(ref) and key is not None and key.layout is None and not key.extra
+            and all(getattr(key, f) == v for f, v in ref.items()))
 
 
 def paper_table() -> dict[tuple, dict[str, tuple[float, float]]]:
@@ -173,6 +177,7 @@ def load_run(d) -> dict:
         raise ReportError(f"{p}: not valid JSON ({exc})") from None
     s["_dir"] = str(d)
     c = d / "config.yaml"
+    s["_full"] = s.get("setting") if isinstance(s.get("setting"), dict) else None
     if not c.is_file():   # hand-made or copied without it: only what summary.json says
         s["_setting"] = dict(clients=_int(s.get("clients")), rounds=_int(s.get("rounds_completed")),
                              train_size=None, model=None,
@@ -215,7 +220,20 @@ def load_run(d) -> dict:
     algorithm = (cfg.get("algorithm") or {}).get("name", s.get("algorithm"))
     s["_stage1_rounds"] = figures.stage_one_rounds(algorithm, whole(cfg, "stage1_rounds", Config.stage1_rounds,
                                                                     "stage1_rounds"))
+    if s["_full"] is None:   # a run from before summary.json recorded its setting: the same rule on config.yaml
+        s["_full"] = run_setting(cfg, _recorded_inputs(s))
     return s
+
+
+def _recorded_inputs(summary: dict) -> dict:
+    """What an older summary.json recorded of a run's files, in the form of a run's inputs."""
+    out = dict(summary.get("inputs") or {})
+    if summary.get("data_sha256"):
+        out.setdefault("data.path", {"sha256": summary["data_sha256"]})
+    ident = summary.get("model_fingerprint") or summary.get("model_source_sha256")
+    if ident:
+        out.setdefault("model", {"fingerprint": ident})
+    return out
 
 
 def partition_text(partition, alpha=None, shards_per_client=None, quantity_skew=None) -> str | None:
@@ -354,7 +372,9 @@ def setting_text(key: Setting | None, vary=frozenset(), full: bool = False) -> s
         data_parts.append(f"{data} {key.data_file[:8]}" if key.data_file else f"{data} file not recorded")
     if "options" in vary:
         data_parts.append(f"options {key.options}" if key.options else "no options")
-    return ", ".join([text] + data_parts + differ + ([f"{', '.join(unknown)} not recorded"] if unknown else []))
+    extra = [f"{k}={v}" for k, v in key.extra]
+    return ", ".join([text] + data_parts + differ + extra + ([f"{', '.join(unknown)} not recorded"] if unknown
+                                                            else []))
 
 
 def setting_texts(keys) -> dict:
@@ -386,7 +406,7 @@ def _setting_order(key: Setting | None) -> tuple:
     return (_data_position(data), data,
             int(kind not in (None, "rotation")), kind or "", k or 0,
             int(not is_reference(key))) + rest + (key.model or "", key.layout or "", key.data_file or "",
-                                                  key.options or "", key.model_id or "")
+                                                  key.options or "", key.model_id or "", key.extra)
 
 
 def paper_numbers(key: Setting | None) -> dict:
@@ -410,20 +430,93 @@ def value(run: dict, metric: str) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
+# Setting keys a column header already names through a field of Setting (data, clusters, clients, rounds, train
+# size, model and fingerprint, the split, the data file, the options).
+_IN_SETTING = ("data.name", "data.clusters", "data.num_clusters", "clients", "rounds", "data.train_size", "model",
+               "model_fingerprint", "data.partition", "data.alpha", "data.shards_per_client", "data.quantity_skew",
+               "data.cluster_sizes", "data.rotations", "data.path", "data.options.")
+
+
+def _is_method_key(key: str) -> bool:
+    """A key of the run's method: its section's, ``algorithm.*`` or ``stage1_rounds`` (rows differ in them)."""
+    return key.split(".", 1)[0] not in CORE_KEYS or key.startswith("algorithm.") or key == "stage1_rounds"
+
+
+def _shown(value) -> str:
+    if isinstance(value, list):
+        return "[" + ",".join(_shown(v) for v in value) + "]"
+    if isinstance(value, str) and value.startswith("sha256:"):
+        return value[7:15]
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def with_extras(runs: list[dict]) -> list[Setting | None]:
+    """Each run's :class:`Setting`, with ``extra`` the keys of their full settings (:mod:`fedclust.setting`) that
+    runs of its data set differ in and that the other fields do not name (the network, the attack, the sharing,
+    the training, ...): runs that differ in any of them land in different columns.  A run that does not record
+    its full setting (no config.yaml) is told apart by "setting not recorded" where others differ."""
+    keys = [setting(r) for r in runs]
+    by_data: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        if key is not None:
+            by_data.setdefault(key.data, []).append(i)
+    for members in by_data.values():
+        known = [runs[i]["_full"] for i in members if runs[i].get("_full") is not None]
+        vary = [k for k in differing(known) if not _is_method_key(k)
+                and not any(k == f or (f.endswith(".") and k.startswith(f)) for f in _IN_SETTING)]
+        unknown = len(known) < len(members)
+        for i in members:
+            full = runs[i].get("_full")
+            if full is None:
+                extra: tuple = (("setting", "not recorded"),) if (vary or (unknown and known)) else ()
+            else:
+                extra = tuple((k, _shown(full.get(k))) for k in vary)
+            key = keys[i]
+            if key is not None:
+                keys[i] = key._replace(extra=extra)
+    return keys
+
+
 class Results:
     """Runs grouped by (label, setting): the rows, the columns and each cell's mean, std and seeds."""
 
     def __init__(self, runs: list[dict]):
         # (label, setting): the setting None where the run does not say which data it used
         self.groups: dict[tuple[str, Setting | None], list[dict]] = {}
-        for r in runs:
-            self.groups.setdefault((r.get("label") or r["algorithm"], setting(r)), []).append(r)
-        self.labels = sorted({label for label, _ in self.groups}, key=_order)
+        self.kept_apart: list[str] = []   # what the report did with runs of one label that differ in a method key
+        keys = with_extras(runs)
+        for r, key in zip(runs, keys):
+            self.groups.setdefault((r.get("label") or r["algorithm"], key), []).append(r)
         self.settings: list[Setting | None] = sorted({key for _, key in self.groups}, key=_setting_order)
         self.headers = setting_texts(self.settings)   # each setting's column header
+        self._split_rows()
+        self.labels = sorted({label for label, _ in self.groups}, key=_order)
 
     def header(self, key: Setting | None) -> str:
         return self.headers[key] if key in self.headers else setting_text(key)
+
+    def _split_rows(self) -> None:
+        """Runs of one label and column that differ in a key of their method (its section, algorithm.*,
+        stage1_rounds) are never averaged: each value gets its own row, named by the label and what differs,
+        and :attr:`kept_apart` says so."""
+        for (label, key), rs in list(self.groups.items()):
+            known = [r for r in rs if r.get("_full") is not None]
+            keys = [k for k in differing([r["_full"] for r in known]) if _is_method_key(k)]
+            if not keys and len(known) in (0, len(rs)):
+                continue
+            del self.groups[(label, key)]
+            parts: dict[str, list[dict]] = {}
+            for r in rs:
+                full = r.get("_full")
+                name = (f"{label} [{', '.join(f'{k}={_shown(full.get(k))}' for k in keys)}]" if full is not None
+                        else f"{label} [setting not recorded]")
+                parts.setdefault(name, []).append(r)
+            for name, group in parts.items():
+                self.groups[(name, key)] = group
+            self.kept_apart.append(f"{label} ({self.header(key)}): its runs differ in "
+                                   f"{', '.join(keys) or 'whether they record their setting'}, so they are kept "
+                                   f"apart as {'; '.join(sorted(parts))}; give each variant its own label= to name "
+                                   "its row")
 
     def repeated_seeds(self) -> list[str]:
         """Warnings for groups that hold one seed twice (two directories of the same run)."""
@@ -759,7 +852,7 @@ def main(argv=None) -> int:
         if not runs:
             raise ReportError("no finished run (summary.json) among the given paths")
         res = Results(runs)
-        for msg in res.repeated_seeds():
+        for msg in res.kept_apart + res.repeated_seeds():
             print(f"fedclust report: warning: {msg}", file=sys.stderr)
         print({"markdown": markdown, "csv": csv_text, "latex": latex}[args.format](res, metrics), end="")
         if args.curves:

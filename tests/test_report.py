@@ -261,7 +261,7 @@ def test_load_runs_reads_the_setting_from_config_of_older_runs(tmp_path):
     (d / "config.yaml").write_text("data:\n  name: fmnist\n  clusters: rotation\n  num_clusters: 4\n")
     # the keys config.yaml lacks take their defaults: 100 clients, 300 rounds, 200 images, model auto = mlp
     assert report.setting(report.load_runs([d])[0]) == ("fmnist", "rotation", 4, 100, 300, 200, "mlp", None, None,
-                                                         None, None)
+                                                         None, None, ())
 
 
 def test_unknown_metric_is_refused(tmp_path, capsys):
