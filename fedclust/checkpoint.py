@@ -192,7 +192,7 @@ def write(out: str | Path, round_: int, payload: dict, keep: int = KEEP) -> Path
     :class:`fedclust.errors.CheckpointError` saying what to do."""
     d = directory(out)
     d.mkdir(parents=True, exist_ok=True)
-    for stale in d.glob("*.pt.tmp*"):   # left by a crash mid-write: their space first
+    for stale in d.glob("round-*.pt.tmp*"):   # left by a crash mid-write (ours only): their space first
         stale.unlink(missing_ok=True)
     final = path_for(out, round_)
     tmp = final.with_name(final.name + f".tmp{os.getpid()}")

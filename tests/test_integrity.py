@@ -177,8 +177,9 @@ def test_stale_partial_files_are_removed_before_a_write(tmp_path):
     d = checkpoint.directory(tmp_path)
     d.mkdir(parents=True)
     (d / "round-000002.pt.tmp123").write_bytes(b"x" * 100)
+    (d / "resnet.pt.tmp1").write_bytes(b"a user's")             # not fedclust's: it stays
     checkpoint.write(tmp_path, 3, {"x": torch.zeros(2)})
-    assert sorted(p.name for p in d.iterdir()) == ["round-000003.pt"]
+    assert sorted(p.name for p in d.iterdir()) == ["resnet.pt.tmp1", "round-000003.pt"]
 
 
 def test_a_full_disk_during_a_run_ends_in_one_line(tmp_path, monkeypatch, capsys):
