@@ -24,6 +24,7 @@ processes: each rank takes the rows of the clients it holds.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import re
@@ -275,8 +276,11 @@ def input_files(cfg) -> dict:
     model's with its ``fingerprint`` too (:func:`fedclust.models.model_fingerprint`:
     its definition in the file and its parameters' names and shapes)."""
     spec = model_name(cfg)
+    net = cfg.network
     files = {"model": model_source(spec),
-             "data.path": str(Path(cfg.data.path).resolve()) if cfg.data.path else None}
+             "data.path": str(Path(cfg.data.path).resolve()) if cfg.data.path else None,
+             "network.path": str(Path(net.path).resolve()) if net.graph == "file" and net.path else None,
+             "network.availability": str(Path(net.availability).resolve()) if net.availability else None}
     out = {key: {"path": path, "sha256": file_sha256(path)} for key, path in files.items()
            if path and Path(path).is_file()}
     if "model" in out:
@@ -370,9 +374,10 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
     changed = None if diff else changed_inputs(payload.get("inputs", {}), input_files(cfg))
     if changed and not cfg.overwrite:
         key = changed.split(":")[0]
-        raise ConfigError(key, getattr(cfg.data, "path", "") if key == "data.path" else cfg.model,
-                          f"{changed}; resuming would continue the run with another {key.split('.')[0]}. Restore "
-                          f"the file, start in another out=DIR, or {replace}")
+        kind = {"model": "model", "data.path": "data", "network.path": "graph", "network.availability": "trace"}
+        raise ConfigError(key, functools.reduce(getattr, key.split("."), cfg),
+                          f"{changed}; resuming would continue the run with another {kind.get(key, 'file')}. "
+                          f"Restore the file, start in another out=DIR, or {replace}")
     return None if diff or changed else (path, payload)
 
 

@@ -240,6 +240,7 @@ class Network:
         self._epoch: int | None = None
         self._graph: Graph | None = None
         self._trace = read_availability(net.availability, n) if net.availability else None
+        self.drawn: dict[int, np.ndarray] = {}   # epoch -> its graph's edges [E, 2] int32, as drawn (the record)
 
     def online(self, round_: int) -> torch.Tensor | None:
         """Bool ``[n]`` (CPU): the clients online in round ``round_``; None: everyone (no faults asked).  With
@@ -262,7 +263,27 @@ class Network:
         epoch = epoch_of(round_, self.net.redraw_every)
         if epoch != self._epoch:
             self._graph, self._epoch = make_graph(self.net, self.n, self.seed, epoch), epoch
+            if self._graph is not None:
+                self.drawn[epoch] = edge_array(self._graph).astype(np.int32)
         return self._graph
+
+    def record(self, rounds: int) -> dict[str, np.ndarray]:
+        """The graphs of rounds 1..``rounds`` as saved with the run (neighbors.npz): ``graph_edges`` ``[E, 2]``
+        int32, every epoch's edges (i < j) one after another, and ``graph_epoch_start`` ``[epochs + 1]``, where
+        epoch e's edges start (epoch e serves rounds ``e·T + 1 .. (e + 1)·T``, T = network.redraw_every; one epoch
+        without redraws).  Epochs not drawn in this process (before a resume) are drawn now, as the run drew them
+        (a function of seed and epoch alone); {} on the complete graph."""
+        if self.complete:
+            return {}
+        epochs = epoch_of(rounds, self.net.redraw_every) + 1
+        parts = [self.drawn[e] if e in self.drawn else self._edges(e) for e in range(epochs)]
+        start = np.cumsum([0] + [len(x) for x in parts]).astype(np.int64)
+        return {"graph_edges": np.concatenate(parts).reshape(-1, 2), "graph_epoch_start": start}
+
+    def _edges(self, epoch: int) -> np.ndarray:
+        g = make_graph(self.net, self.n, self.seed, epoch)
+        assert g is not None   # not the complete graph
+        return edge_array(g).astype(np.int32)
 
     def stragglers(self, round_: int) -> torch.Tensor | None:
         """Bool ``[n]`` (CPU): the clients that straggle in round ``round_``, when

@@ -13,6 +13,7 @@ from fedclust.algorithms.base import Algorithm, Context
 from fedclust.data import FederatedData
 from fedclust.engine.functional import Arch
 from fedclust.engine.layout import ParamLayout
+from fedclust.network import Network
 from fedclust.schema import Config
 
 T = TypeVar("T")
@@ -51,5 +52,6 @@ class RankSetup(Protocol):
     stage1_end: int              # the last round of stage one
     columns: int                 # the exchange's column block (config exchange_mb); 0: whole models at once
     attackers: torch.Tensor | None   # [n] bool, the run's attackers (config attack); None: none
+    network: Network             # each round's graph, who is online (config network)
 
     def collective(self, t: int, fn: Callable[..., T], *args: Any) -> T: ...

@@ -65,6 +65,9 @@ class RankZeroOutput:
             arrays["final_lists"] = state.final_lists
         if state.final_assignment is not None:
             arrays["assignment"] = state.final_assignment.cpu().numpy()
+        if self.setup.attackers is not None:   # the run's attacking clients (attack.fraction), ascending ids
+            arrays["attackers"] = self.setup.attackers.nonzero().flatten().numpy().astype(np.int32)
+        arrays.update(self.setup.network.record(cfg.rounds))   # the graph of each redraw epoch, for a graph run
         write_atomic(self.writer.dir / "neighbors.npz", lambda tmp: _savez(tmp, arrays))
         self.writer.write_summary(summary)
         figures = _figures(self.writer.dir, summary, cfg, state.history) if cfg.figures else []

@@ -37,6 +37,7 @@ import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import yaml
 
 from fedclust import figures
@@ -65,6 +66,8 @@ METRICS = {
     "models_received_per_client": ("Models received per client (whole run)", 0),
     "max_models_received_per_round": ("Most models one node receives in a round", 0),
     "mean_round_seconds": ("Seconds per round", 2),
+    # from neighbors.npz: the share of the honest clients' final list entries that are attackers (attack.fraction)
+    "attackers_in_lists": ("Share of honest clients' final list entries that are attackers", 3),
 }
 # The label whose runs every method's accuracy is compared with (its gap to Random, beside the paper's)
 RANDOM = "random"
@@ -176,6 +179,7 @@ def load_run(d) -> dict:
     except json.JSONDecodeError as exc:
         raise ReportError(f"{p}: not valid JSON ({exc})") from None
     s["_dir"] = str(d)
+    s.update(attackers_in_lists(d))
     c = d / "config.yaml"
     s["_full"] = s.get("setting") if isinstance(s.get("setting"), dict) else None
     if not c.is_file():   # hand-made or copied without it: only what summary.json says
@@ -223,6 +227,27 @@ def load_run(d) -> dict:
     if s["_full"] is None:   # a run from before summary.json recorded its setting: the same rule on config.yaml
         s["_full"] = run_setting(cfg, _recorded_inputs(s))
     return s
+
+
+def attackers_in_lists(d: Path) -> dict:
+    """``{"attackers_in_lists": share, "attacker_entries": count}``: of the entries of the honest clients' final
+    neighbour lists (neighbors.npz's ``final_lists``), those that are attackers (its ``attackers``); {} for a run
+    without attackers or lists (or a file that cannot be read)."""
+    try:
+        with np.load(d / "neighbors.npz") as f:
+            if "attackers" not in f.files or "final_lists" not in f.files:
+                return {}
+            bad, lists = f["attackers"], f["final_lists"]
+    except (OSError, ValueError):
+        return {}
+    if lists.ndim != 2:   # an older run's bool [n, n] table
+        lists = np.where(lists, np.arange(lists.shape[1])[None, :], -1)
+    honest = np.ones(len(lists), dtype=bool)
+    honest[bad] = False
+    entries = lists[honest]
+    entries = entries[entries >= 0]
+    count = int(np.isin(entries, bad).sum())
+    return {"attackers_in_lists": count / len(entries) if len(entries) else None, "attacker_entries": count}
 
 
 def _recorded_inputs(summary: dict) -> dict:
