@@ -171,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "ids), normalised as the run's inputs")
     v.add_argument("--json", action="store_true", help='print {"accuracy": ..., "client_accuracy": [...]}')
     v.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
+    v.add_argument("--best", action="store_true", help="each client's model at its best-validation round "
+                                                       "(a run with data.validation) instead of its last")
     return p
 
 
@@ -189,11 +191,12 @@ def _evaluate(args) -> int:
 
     from fedclust.export import evaluate_run
 
-    r = evaluate_run(args.run_dir, args.data, args.trust_code)
+    r = evaluate_run(args.run_dir, args.data, args.trust_code, args.best,
+                     warn=lambda m: print(f"fedclust: warning: {m}", file=sys.stderr))
     if args.json:
         print(json.dumps({"accuracy": r["accuracy"], "client_accuracy": r["client_accuracy"]}))
     else:
-        print(f"round {r['round']}, {r['data']}: mean accuracy {r['accuracy']:.2f}% over "
+        print(f"round {r['round']}, {r['models']} models, {r['data']}: mean accuracy {r['accuracy']:.2f}% over "
               f"{len(r['client_accuracy'])} clients (lowest {min(r['client_accuracy']):.2f}%, highest "
               f"{max(r['client_accuracy']):.2f}%)")
     return 0

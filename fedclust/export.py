@@ -31,6 +31,7 @@ from fedclust import checkpoint
 from fedclust.config import load_algorithms
 from fedclust.data import dataset, load_federated
 from fedclust.data.base import PoolDataSet
+from fedclust.data.partition import label_tables, rotation_angles
 from fedclust.data.sets.npz import by_client, read_test_clients
 from fedclust.engine.train import evaluate
 from fedclust.errors import DataError, OutputError
@@ -55,6 +56,7 @@ MANIFEST = "manifest.json"
 MODELS = "models.safetensors"
 METHOD_MODELS = "method_models.safetensors"
 BEST_MODELS = "best_validation_models.safetensors"
+MODEL_SOURCE = "model_source.py"   # a user model's file, carried so that the export loads anywhere
 
 
 def _run_config(raw: dict) -> Config:
@@ -172,13 +174,18 @@ def export_run(run_dir: str | Path, out_dir: str | Path, trust_code: bool = Fals
     if own:
         tensors[METHOD_MODELS] = (own, "flat rows [..., P]")
     manifest = _manifest(cfg, payload, path, run_dir, layout, (arch, shape, classes), n, own, best is not None)
+    source = manifest["model"]["source"]
 
     def write(folder: Path) -> None:
         mode = 0o666 & ~_umask()
         for name, (content, form) in tensors.items():
             save_file(content, str(folder / name), metadata={"format": FORMAT, "layout": form})
             os.chmod(folder / name, mode)   # safetensors creates its files 0600; the rest of an export follows umask
-        manifest["sha256"] = {name: file_sha256(str(folder / name)) for name in tensors}
+        written = list(tensors)
+        if source:   # the user model's file, as the run read it (checked against its record when loaded)
+            (folder / MODEL_SOURCE).write_bytes(Path(source).read_bytes())
+            written.append(MODEL_SOURCE)
+        manifest["sha256"] = {name: file_sha256(str(folder / name)) for name in written}
         _write_synced(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")   # last: names what is whole
 
     _write_folder(out, write)
@@ -201,7 +208,9 @@ def _manifest(cfg, payload: dict, path: Path, run_dir, layout, model: tuple, n: 
         "run_dir": str(Path(run_dir)),
         "checkpoint": path.name,
         "round": int(payload["round"]),
-        "complete": bool(payload.get("complete", False)),
+        "total_rounds": cfg.rounds,
+        # whether the run had finished (its last round) when exported; a run still going is exported as it stands
+        "complete": int(payload["round"]) >= cfg.rounds,
         "algorithm": cfg.algorithm.name,
         "seed": cfg.seed,
         "clients": n,
@@ -211,9 +220,11 @@ def _manifest(cfg, payload: dict, path: Path, run_dir, layout, model: tuple, n: 
                   "input_shape": list(shape), "num_classes": classes, "parameters": layout.numel,
                   "tensors": [{"name": k, "shape": list(s)} for k, s in zip(layout.names, layout.shapes)]},
         "normalization": _normalization(cfg),
-        "data": {"name": cfg.data.name, "path": cfg.data.path or None, "clusters": cfg.data.clusters},
+        "data": {"name": cfg.data.name, "path": cfg.data.path or None, "clusters": cfg.data.clusters,
+                 "transforms": _transforms(cfg, classes)},
         "files": {"models": MODELS, "method_models": METHOD_MODELS if own else None,
-                  "best_validation_models": BEST_MODELS if best else None},
+                  "best_validation_models": BEST_MODELS if best else None,
+                  "model_source": MODEL_SOURCE if source else None},
         "best_validation_rounds": _best_rounds(payload),
         "method_models": {k: list(v.shape) for k, v in own.items()},
         "client": [{"id": i, "true_cluster": None if truth is None else truth[i],
@@ -222,7 +233,20 @@ def _manifest(cfg, payload: dict, path: Path, run_dir, layout, model: tuple, n: 
     }
 
 
-EXPORT_FILES = (MANIFEST, MODELS, METHOD_MODELS, BEST_MODELS)
+def _transforms(cfg, classes: int) -> list[dict] | None:
+    """Each true cluster's transform of a pool's examples (what new test data of that cluster needs):
+    ``{"cluster": c, "rotation_degrees": a}`` (counter-clockwise) or ``{"cluster": c, "labels": [new label of each
+    label]}``; None where the data takes none (a file's own clients, Synthetic, a plug-in's)."""
+    if dataset(cfg.data).kind_of(cfg.data) != "pool":
+        return None
+    k = cfg.data.num_clusters
+    if cfg.data.clusters == "rotation":
+        return [{"cluster": c, "rotation_degrees": a} for c, a in enumerate(rotation_angles(k, cfg.data.rotations))]
+    table = label_tables(k, classes)
+    return [{"cluster": c, "labels": [int(v) for v in table[c]]} for c in range(k)]
+
+
+EXPORT_FILES = (MANIFEST, MODELS, METHOD_MODELS, BEST_MODELS, MODEL_SOURCE)
 
 
 def _replaceable(out: Path) -> None:
@@ -350,6 +374,9 @@ def load_client_model(path: str | Path, client: int, best: bool = False, trust_c
         _check_client(client, n)
         model = manifest["model"]
         spec, shape, classes = model["spec"], tuple(model["input_shape"]), int(model["num_classes"])
+        carried = (manifest["files"].get("model_source") if is_user_model(spec) else None)
+        if carried:   # the export's own copy of the model's file: it loads wherever the export is
+            spec = f"{_verified(path, manifest, carried)}:{spec.rpartition(':')[2]}"
         if is_user_model(spec):
             where = f"export {path}"
             require_trust(where, [("model", spec)], trust_code)
@@ -393,14 +420,21 @@ def _check_client(client: int, n: int) -> None:
         raise OutputError(f"client {client}: the run has clients 0..{n - 1}")
 
 
-def evaluate_run(run_dir: str | Path, data: str | Path | None = None, trust_code: bool = False) -> dict:
+def evaluate_run(run_dir: str | Path, data: str | Path | None = None, trust_code: bool = False,
+                 best: bool = False, warn=None) -> dict:
     """``{"accuracy": mean percent, "client_accuracy": [percent per client], "round": r, "data": ...}`` of the
     run's newest checkpoint: on the run's own test data, or on ``data`` (a natural-form file of test examples,
-    client ids of the run).  ``trust_code``: as :func:`read_run`."""
+    client ids of the run; ``warn`` is told in one line when its inputs' range is not the run's raw range).
+    ``best``: each client's best-validation model (``data.validation``) instead of its last.  ``trust_code``:
+    as :func:`read_run`."""
 
     cfg, payload, _ = read_run(run_dir, trust_code)
     layout, arch, shape, classes = _layout(cfg)
-    weights = payload["weights"].to(torch.float32)
+    weights = payload.get("best_models") if best else payload["weights"]
+    if weights is None:
+        raise OutputError(f"{run_dir}: no best-validation models (the run had no data.validation); evaluate "
+                          "without --best")
+    weights = weights.to(torch.float32)
     n = weights.shape[0]
     fed = load_federated(cfg.data, n, cfg.seed, list(range(n)), device=torch.device("cpu"))
     # the engine the run chose on a CPU (auto: the loop for clients of unequal sizes)
@@ -413,16 +447,34 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None, trust_code
         if not isinstance(ds, PoolDataSet):
             raise DataError(f"--data {data}: the run's data set {cfg.data.name} makes its own inputs, so new data "
                             "cannot be normalised as the run's: evaluate on the run's own data")
-        x, y, counts = _natural_test(Path(data), ds, cfg.data, n, shape, classes)
+        x, y, counts = _natural_test(Path(data), ds, cfg.data, n, shape, classes, warn)
         where = str(data)
     acc, _ = evaluate(weights, layout, net, x, y, counts=counts)
     per = [round(100.0 * float(a), 2) for a in acc]
     return {"accuracy": 100.0 * float(acc.double().mean()), "client_accuracy": per, "round": int(payload["round"]),
-            "data": where}
+            "data": where, "models": "best-validation" if best else "last"}
 
 
-def _natural_test(path: Path, ds: PoolDataSet, data_cfg, n: int, shape: tuple[int, ...], classes: int):
+def range_mismatch(new: torch.Tensor, raw: torch.Tensor, path) -> str | None:
+    """One line when the new inputs' range is not the run's raw training inputs' (images already divided by 255
+    given to a run of 0..255 images, say); None when it is.  The new range counts as another when its largest
+    magnitude is under a fifth or over 5x the raw one's, or it holds negatives where the raw inputs have none."""
+    lo, hi = float(new.min()), float(new.max())
+    rlo, rhi = float(raw.min()), float(raw.max())
+    top, rtop = max(abs(lo), abs(hi)), max(abs(rlo), abs(rhi))
+    if rtop == 0 or (rtop / 5 <= top <= 5 * rtop and not (lo < 0 <= rlo)):
+        return None
+    return (f"--data {path}: its inputs lie in [{lo:.4g}, {hi:.4g}], the run's raw training inputs in [{rlo:.4g}, "
+            f"{rhi:.4g}]; fedclust normalises them as the run's (x / scale, minus mean, divided by std), so give "
+            "inputs as the run's data stores them (e.g. images as 0..255, not already divided by 255)")
+
+
+def _natural_test(path: Path, ds: PoolDataSet, data_cfg, n: int, shape: tuple[int, ...], classes: int, warn=None):
     """``(x [n, W, *shape], y [n, W], counts [n] | None)`` of a natural-form file's test examples, checked as a
-    training file is (:func:`fedclust.data.sets.npz.read_test_clients`), normalised as the run's inputs."""
+    training file is (:func:`fedclust.data.sets.npz.read_test_clients`), normalised as the run's inputs; ``warn``
+    told when their range is not the run's raw range (:func:`range_mismatch`)."""
     x, y, owner = read_test_clients(str(path), n, shape, classes)
+    why = range_mismatch(x, ds.raw(data_cfg).train_x, path)
+    if why:
+        (warn or (lambda m: warnings.warn(m, stacklevel=3)))(why)
     return by_client(x, y, owner, n, torch.arange(n), lambda v: ds.normalize(data_cfg, v))
