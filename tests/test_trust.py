@@ -118,22 +118,35 @@ def test_a_user_model_is_imported_only_with_trust_and_only_when_it_is_the_runs(u
     with pytest.raises(UntrustedCode, match="model.py"):
         export_run(run_dir, tmp_path / "x")
     export_run(run_dir, tmp_path / "x", trust_code=True)
-    with pytest.raises(UntrustedCode, match="model.py"):
+    with pytest.raises(UntrustedCode, match="model_source.py"):       # the export's own copy of the file
         fedclust.load_client_model(tmp_path / "x", 1)
     got = fedclust.load_client_model(tmp_path / "x", 1, trust_code=True)
     ref = fedclust.load_client_model(run_dir, 1, trust_code=True)
     assert type(got).__name__ == "Net" and all(torch.equal(a, b) for a, b in zip(got.parameters(), ref.parameters()))
-    # an edit elsewhere in the file (a comment, another statement) leaves the model the run's: it loads
+    # the export's copy is checked byte for byte: an edited copy is refused before it is imported
+    copy = tmp_path / "x" / "model_source.py"
+    copy.write_text(SENTINEL_LINE.format(path=str(sentinel)) + copy.read_text())
+    with pytest.raises(OutputError, match="model_source.py is not what was exported"):
+        fedclust.load_client_model(tmp_path / "x", 1, trust_code=True)
+    assert not sentinel.exists()
+    # an export without a copy (an earlier fedclust's) reads the file at its path: an edit elsewhere in the file (a
+    # comment, another statement) leaves the model the run's, another model in it is refused before it is imported
+    manifest = json.loads((tmp_path / "x" / "manifest.json").read_text())
+    manifest["files"]["model_source"] = None
+    manifest.pop("sha256")
+    copy.unlink()
+    (tmp_path / "x" / "manifest.json").write_text(json.dumps(manifest))
     model.write_text("# a note\n" + MODEL_FILE.format(size=8) + "\nOTHER = 3\n")
-    fedclust.load_client_model(tmp_path / "x", 1, trust_code=True)
-    # another model in the file (its definition changed): refused for the export before the file is imported
+    with pytest.warns(UserWarning, match="without checksums"):
+        fedclust.load_client_model(tmp_path / "x", 1, trust_code=True)
     model.write_text(SENTINEL_LINE.format(path=str(sentinel)) + MODEL_FILE.format(size=9))
     with pytest.raises(UntrustedCode, match=r"model\.py is not the run's: its definition changed"):
         fedclust.load_client_model(tmp_path / "x", 1, trust_code=True)
     assert not sentinel.exists()
-    # and for the run directory (its checkpoint records the definition): refused too
+    # and for the run directory (its checkpoint records the definition): refused too, before the import
     with pytest.raises(UntrustedCode, match="is not the run's"):
         evaluate_run(run_dir, trust_code=True)
+    assert not sentinel.exists()
 
 
 def test_a_manifest_names_only_files_inside_its_export(user_run, tmp_path):
