@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import os
 import re
+import socket
 import sys
 import time
+import uuid
 from typing import Any
 
 import torch
 
 from fedclust.errors import CollectiveError, StartupError
+from fedclust.identity import RunIdentity
 
 
 def world_from_env() -> tuple[int, int]:
@@ -87,12 +91,14 @@ class OneProcess:
         pass
 
 
-def make_fabric(device: str, timeout_seconds: float = 1800.0, startup_seconds: float = 180.0):
+def make_fabric(device: str, timeout_seconds: float = 1800.0, startup_seconds: float = 180.0,
+                identity: RunIdentity | None = None):
     """A launched Fabric for the detected environment (gloo on CPU, NCCL on
     GPU) when the launcher started several processes; a collective waits at
     most ``timeout_seconds`` for the other ranks.  The processes first wait
     at most ``startup_seconds`` for each other (:func:`startup_store`): a
-    rank that died or hangs in start-up is named then, not after a
+    rank that died or hangs in start-up, or one of another run (``identity``:
+    this rank's run directory and config digest), is named then, not after a
     collective's timeout.  One process gets :class:`OneProcess`."""
     devices, nodes = world_from_env()
     accelerator = resolve_device(device)
@@ -106,7 +112,8 @@ def make_fabric(device: str, timeout_seconds: float = 1800.0, startup_seconds: f
     # finds it formed and uses it.  Rank and address as Fabric's DDP strategy computes them.
     rank, world = fabric.node_rank * devices + fabric.local_rank, devices * nodes
     env = fabric.strategy.cluster_environment
-    store = startup_store(env.main_address, env.main_port, rank, world, startup_seconds, timeout_seconds)
+    store = startup_store(env.main_address, env.main_port, rank, world, startup_seconds, timeout_seconds,
+                          identity=identity, local=nodes == 1)
     kwargs: dict[str, Any] = {"device_id": torch.device("cuda", fabric.local_rank)} if accelerator == "cuda" else {}
     backend = "nccl" if accelerator == "cuda" else "gloo"
     torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **kwargs)
@@ -116,57 +123,141 @@ def make_fabric(device: str, timeout_seconds: float = 1800.0, startup_seconds: f
     return fabric
 
 
-STARTUP_PREFIX = "fedclust/started"
+# The rendezvous store's keys: rank 0 publishes its RunIdentity at RUN_PREFIX/<attempt>/identity, the one key a
+# rank reads before it knows it belongs to the run; everything else (each rank's start-up claim, the process
+# group's own keys) lives under RUN_PREFIX/<attempt>/<rank 0's identity key>/.  <attempt>: torchrun's run id and
+# restart count, "direct/0" for processes started otherwise (Slurm, by hand).
+RUN_PREFIX = "fedclust/run"
 
 
-def startup_store(host: str, port: int, rank: int, world: int, startup_seconds: float,
-                  timeout_seconds: float):
+def startup_store(host: str, port: int, rank: int, world: int, startup_seconds: float, timeout_seconds: float,
+                  identity: RunIdentity | None = None, local: bool = False):
     """The run's rendezvous store (rank 0 serves it, or torchrun's agent does),
-    once every rank has announced itself on it.  A rank that cannot reach it
-    within ``startup_seconds``, or that waits longer for another rank,
-    raises :class:`fedclust.errors.StartupError` naming the missing ranks.
-    The store then waits up to ``timeout_seconds`` (NCCL exchanges its ids
-    through it at the first collective, after every rank's data is read)."""
-    from torch.distributed import TCPStore
+    seen through a prefix of the run's own, once every rank of the run has
+    announced itself on it.  Rank 0 publishes ``identity`` (its run directory
+    and config digest); every other rank compares its own with it first, and
+    one of another run (another config) raises
+    :class:`fedclust.errors.StartupError` naming both run directories,
+    having written nothing.  A rank that cannot reach the store within
+    ``startup_seconds``, that waits longer for another rank, or whose rank
+    another process already took, raises it too.  ``local`` (every rank on
+    this machine): rank 0 listens on ``host``'s address alone, not on every
+    interface.  The store then waits up to ``timeout_seconds`` (NCCL
+    exchanges its ids through it at the first collective, after every
+    rank's data is read)."""
+    from torch.distributed import PrefixStore
 
+    identity = identity or RunIdentity("", "")
     fix = (f"read that rank's own output for its error; a slow start (many nodes, a slow file system) needs a "
            f"larger startup_timeout (now {startup_seconds:g} s)")
     agent = (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and os.environ.get("MASTER_ADDR") == host
              and os.environ.get("MASTER_PORT") == str(port))   # torchrun's agent serves the store there
+    store = _open_store(host, port, rank, world, startup_seconds, fix, serve=rank == 0 and not agent, local=local)
+    attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID') or 'direct'}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    deadline = time.monotonic() + float(startup_seconds)
+    try:
+        run = _agree(store, f"{RUN_PREFIX}/{attempt}/identity", rank, identity, f"{host}:{port}", deadline,
+                     f"rank {rank}: rank 0 did not start within startup_timeout = {startup_seconds:g} s: it died "
+                     f"or hangs in start-up, or was never launched; {fix}")
+        scoped = PrefixStore(f"{RUN_PREFIX}/{attempt}/{run.key}", store)
+        _announce(scoped, rank, world, deadline, startup_seconds, f"{host}:{port}", fix)
+    except (RuntimeError, torch.distributed.DistError) as exc:   # the store went away: rank 0 stopped
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StartupError(f"rank {rank}: rank 0 stopped during start-up (the run's rendezvous closed: {first}); "
+                           f"{fix}") from None
+    store.set_timeout(datetime.timedelta(seconds=float(timeout_seconds)))
+    return scoped
+
+
+def _open_store(host: str, port: int, rank: int, world: int, startup_seconds: float, fix: str, serve: bool,
+                local: bool):
+    """A TCPStore at ``host:port``: served here when ``serve`` (on ``host``'s address alone when ``local``,
+    :func:`listen_socket`), else reached within ``startup_seconds``."""
+    from torch.distributed import TCPStore
+
     wait = datetime.timedelta(seconds=float(startup_seconds))
     try:
-        store = TCPStore(host, port, world_size=world, is_master=rank == 0 and not agent, timeout=wait,
-                         wait_for_workers=False, multi_tenant=True)
-    except (RuntimeError, torch.distributed.DistError) as exc:
+        fd = listen_socket(host, port) if serve and local else None
+        return TCPStore(host, port, world_size=world, is_master=serve, timeout=wait, wait_for_workers=False,
+                        multi_tenant=True, master_listen_fd=fd)
+    except (OSError, RuntimeError, torch.distributed.DistError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if rank == 0 and not agent:
+        if serve:
             raise StartupError(f"rank 0: cannot serve the run's rendezvous at {host}:{port} ({first}); another "
                                "program holds the port, or a run's processes were started twice; free it or set "
                                "MASTER_PORT to a free port") from None
         raise StartupError(f"rank {rank}: rank 0 did not open the run's rendezvous at {host}:{port} within "
                            f"startup_timeout = {startup_seconds:g} s: it died or hangs in start-up, or was never "
                            f"started ({first}); {fix}") from None
-    attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-    keys = [f"{STARTUP_PREFIX}/{attempt}/{r}" for r in range(world)]
-    deadline = time.monotonic() + float(startup_seconds)
+
+
+def listen_socket(host: str, port: int) -> int | None:
+    """A socket listening on ``host``'s first address that binds (not every interface, as TCPStore's own), as
+    a file descriptor TCPStore takes over (``master_listen_fd``); None where ``host`` resolves to no address of
+    this machine (TCPStore then listens on every interface).  A port in use raises OSError."""
     try:
-        store.set(keys[rank], str(os.getpid()))
-        while not store.check(keys):
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return None
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as TCPStore's: past TIME_WAIT, not a listener
+            sock.bind(address)
+            sock.listen(socket.SOMAXCONN)
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise
+            continue
+        return sock.detach()   # TCPStore closes it
+    return None
+
+
+def _agree(store, key: str, rank: int, identity: RunIdentity, where: str, deadline: float,
+           late: str) -> RunIdentity:
+    """The run's identity, rank 0's: rank 0 publishes ``identity`` at ``key``; another rank waits for it until
+    ``deadline`` (else StartupError ``late``) and compares its config digest with it, writing nothing.  Another
+    run's raises StartupError naming both run directories."""
+    if rank == 0:
+        published = store.compare_set(key, "", identity.dumps())   # a run's second rank 0 finds the first's
+    else:
+        while not store.check([key]):
             if time.monotonic() > deadline:
-                missing = [r for r, k in enumerate(keys) if not store.check([k])]
-                shown = ", ".join(str(r) for r in missing[:16]) + (" ..." if len(missing) > 16 else "")
-                what = ("they died or hang in start-up, or were never launched" if len(missing) > 1
-                        else "it died or hangs in start-up, or was never launched")
-                raise StartupError(f"rank {rank}: rank{'s' if len(missing) > 1 else ''} {shown} did not start "
-                                   f"within startup_timeout = {startup_seconds:g} s ({world - len(missing)} of "
-                                   f"{world} processes did): {what}; {fix}")
+                raise StartupError(late)
             time.sleep(0.05)
-    except (RuntimeError, torch.distributed.DistError) as exc:   # the store went away: rank 0 stopped
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise StartupError(f"rank {rank}: rank 0 stopped during start-up (the run's rendezvous closed: {first}); "
-                           f"{fix}") from None
-    store.set_timeout(datetime.timedelta(seconds=float(timeout_seconds)))
-    return store
+        published = store.get(key)
+    run = RunIdentity.loads(published)
+    if run.digest != identity.digest:
+        ours, theirs = identity.out or "(none)", run.out or "(none)"
+        raise StartupError(f"rank {rank}: the rendezvous at {where} is another run's (out={theirs}, config "
+                           f"{run.digest[:12] or 'unknown'}), not this run's (out={ours}, config "
+                           f"{identity.digest[:12] or 'unknown'}): two runs share the address; start this run's "
+                           "processes with another MASTER_PORT (a free port; torchrun: --master-port)")
+    return run
+
+
+def _announce(store, rank: int, world: int, deadline: float, startup_seconds: float, where: str, fix: str) -> None:
+    """Claim this rank's place on the run's ``store`` and wait until ``deadline`` for every rank's claim; a
+    place another process holds, or ranks still missing at the deadline, raise StartupError."""
+    claim = f"{uuid.uuid4().hex} pid {os.getpid()} on {socket.gethostname()}"
+    held = store.compare_set(f"started/{rank}", "", claim)
+    held = held.decode() if isinstance(held, bytes) else str(held)
+    if held != claim:
+        raise StartupError(f"rank {rank}: this run's rank {rank} was already started ({held.split(' ', 1)[-1]}) at "
+                           f"{where}: the run's processes were started twice, or two runs of one config share the "
+                           "address; stop the copy, or start it with another MASTER_PORT (a free port)")
+    keys = [f"started/{r}" for r in range(world)]
+    while not store.check(keys):
+        if time.monotonic() > deadline:
+            missing = [r for r, k in enumerate(keys) if not store.check([k])]
+            shown = ", ".join(str(r) for r in missing[:16]) + (" ..." if len(missing) > 16 else "")
+            what = ("they died or hang in start-up, or were never launched" if len(missing) > 1
+                    else "it died or hangs in start-up, or was never launched")
+            raise StartupError(f"rank {rank}: rank{'s' if len(missing) > 1 else ''} {shown} did not start "
+                               f"within startup_timeout = {startup_seconds:g} s ({world - len(missing)} of "
+                               f"{world} processes did): {what}; {fix}")
+        time.sleep(0.05)
 
 
 class Collectives:

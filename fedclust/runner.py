@@ -43,6 +43,7 @@ from fedclust.engine.train import TrainSettings, pair_losses, sample_losses, tra
 from fedclust.errors import DivergenceError
 from fedclust.evaluation import evaluate_round, keep_best_models, summarize
 from fedclust.exchange import exchange, plan_labels
+from fedclust.identity import run_identity
 from fedclust.models import initial_weights, make_net, model_name
 from fedclust.network import Network
 from fedclust.outputs import RunLock, check_writable, default_out
@@ -365,7 +366,8 @@ def _loop(cfg: Config, prepared: Prepared, stop: StopRequest) -> dict:
     run_dir = prepared.run_dir
     # rank 0 marks the directory as a run's (its first write there), then locks it: one run writes it at a time
     with RunLock.for_rank(run_dir, launch_rank()):
-        fabric = make_fabric(cfg.device, cfg.collective_timeout, cfg.startup_timeout)   # one process per device
+        fabric = make_fabric(cfg.device, cfg.collective_timeout, cfg.startup_timeout,   # one process per device
+                             identity=run_identity(cfg, run_dir))                # only this run's ranks join
         setup = build(cfg, fabric)                                 # this rank's clients, their data, the algorithm
         resumed = prepared.resume_from[0] if prepared.resume_from is not None else None
         state = (LoopState.from_state_dict(setup, prepared.resume_from[1]) if prepared.resume_from is not None
