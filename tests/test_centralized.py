@@ -134,7 +134,7 @@ def test_fedavg_and_fedprox_round_equal_a_plain_computation(tmp_path, name, mu):
 def test_partial_participation_runs(tmp_path, name):
     """participation=0.5: 6 of 12 clients upload per round (server_received)."""
     cfg, s = run_cfg(tmp_path, f"algorithm.name={name}", "participation=0.5", "rounds=6", "cfl.warmup=2",
-                     "cfl.eps1=1.5", "ifca.restart_rounds=1")
+                     "cfl.eps1=1.5", "ifca.restart_rounds=1", "other_sections=true")   # one line for six methods
     assert s["rounds_completed"] == 6 and s["num_clusters"] >= 1
     sent = cfg.ifca.clusters if name == "ifca" else 1
     if name != "cfl":   # CFL's pending clients receive two models
