@@ -21,8 +21,9 @@ neighbour precision and recall, ARI and models received per client (blank
 where a label has none, e.g. ``local`` and ``fedavg`` have no neighbours).
 The standard deviation is shown to its first significant digit at least,
 the mean to the same decimal place.  Markdown (default), LaTeX or tidy CSV;
-``--curves`` draws the accuracy per round, mean over seeds with a shaded
-band, one panel per setting."""
+``--curves`` draws the accuracy per round (``--metric``: the mean, the honest
+clients' or the worst cluster's), mean over seeds with a shaded band, one
+panel per setting."""
 
 from __future__ import annotations
 
@@ -753,19 +754,27 @@ def _warn(msg: str) -> None:
     print(f"fedclust report: warning: {msg}", file=sys.stderr)
 
 
-def read_curve(run: dict, warn=_warn) -> dict[int, float]:
-    """round -> mean test accuracy of a run's metrics.jsonl; a line that is not a record is skipped and
-    ``warn`` names its file and line."""
+# --curves --metric: the record field drawn -> the y axis's words
+CURVE_METRICS = {"accuracy": "mean test accuracy (%)",
+                 "honest_accuracy": "honest clients' accuracy (%)",
+                 "worst_cluster_accuracy": "worst cluster's accuracy (%)"}
+
+
+def read_curve(run: dict, warn=_warn, metric: str = "accuracy") -> dict[int, float]:
+    """round -> the record field ``metric`` (mean test accuracy by default) of a run's metrics.jsonl, the rounds
+    where it is a number; a line that is not a record is skipped and ``warn`` names its file and line."""
     p = Path(run["_dir"]) / "metrics.jsonl"
     if not p.is_file():
         raise ReportError(f"{run['_dir']}: no metrics.jsonl for --curves")
     recs = figures.read_records(p, warn)
-    return {x["round"]: x["accuracy"] for x in recs if x.get("accuracy") is not None}
+    return {x["round"]: v for x in recs if (v := figures._number(x.get(metric))) is not None}
 
 
-def mean_curves(runs: list[dict], band: str = "std", warn=_warn) -> dict[Setting | None, dict[str, tuple]]:
-    """setting -> label -> (rounds, mean accuracy, low, high, seeds), on the rounds every run of the label
-    in that setting evaluated; the band is mean ± sample std (``std``; none for one seed) or min-max."""
+def mean_curves(runs: list[dict], band: str = "std", warn=_warn,
+                metric: str = "accuracy") -> dict[Setting | None, dict[str, tuple]]:
+    """setting -> label -> (rounds, mean of ``metric``, low, high, seeds), on the rounds every run of the label
+    in that setting recorded it; the band is mean ± sample std (``std``; none for one seed) or min-max.  A
+    label with no such round is left out, and ``warn`` names it."""
     res = Results(runs)
     out: dict[Setting | None, dict[str, tuple]] = {}
     for key in res.settings:
@@ -773,8 +782,12 @@ def mean_curves(runs: list[dict], band: str = "std", warn=_warn) -> dict[Setting
             rs = res.groups.get((label, key))
             if not rs:
                 continue
-            curves_ = [read_curve(r, warn) for r in rs]
+            curves_ = [read_curve(r, warn, metric) for r in rs]
             rounds = sorted(set.intersection(*(set(c) for c in curves_)))
+            if not rounds:
+                warn(f"{label} in {res.headers.get(key, setting_text(key))}: no round where every run "
+                     f"({', '.join(r['_dir'] for r in rs)}) records {metric}; left out of the curves")
+                continue
             at = [[c[t] for c in curves_] for t in rounds]
             mean = [statistics.fmean(xs) for xs in at]
             if band == "minmax":
@@ -796,23 +809,70 @@ def stage_lines(runs: list[dict]) -> dict[Setting | None, dict[int, list[str]]]:
     return {k: {t1: sorted(labels, key=_order) for t1, labels in v.items()} for k, v in out.items()}
 
 
-def curves(runs: list[dict], path: Path, band: str = "std", warn=_warn):
-    """One panel per setting, one line per label: mean test accuracy over its seeds per round, shaded band;
-    whole-number round ticks and, for two-stage methods, a dashed line where stage two starts.  Drawn at
-    print size (one column, 3.3 in, for one panel; both columns, 6.8 in, for more).  Returns the Figure."""
+# the labels' line styles, cycled beside the tab10 colours from 8 labels on: (colour, style) pairs stay distinct up
+# to 30 labels, then markers tell them apart too; no style is "--", the stage-two line's
+CURVE_STYLES = ("-", ":", "-.")
+CURVE_MARKERS = ("o", "s", "^", "v", "D")
+MANY_LABELS = 8
+LEGEND_WRAP = 22   # characters of a legend entry's line in two columns under a one-column panel
+
+
+def curve_looks(count: int) -> list[dict]:
+    """Line keywords (colour, linestyle, marker) for ``count`` labels: tab10 colours, solid below 8 labels;
+    from 8 on each label also takes one of three line styles, so that no two labels look alike."""
     from matplotlib import colormaps
 
-    data = mean_curves(runs, band, warn)
+    cmap = colormaps["tab10"]
+    out = []
+    for i in range(count):
+        look: dict = {"color": cmap(i % 10), "ls": "-" if count < MANY_LABELS else CURVE_STYLES[i % 3]}
+        if i >= 30:
+            look.update(marker=CURVE_MARKERS[(i // 30 - 1) % len(CURVE_MARKERS)], markevery=0.2, ms=3)
+        out.append(look)
+    return out
+
+
+def curves(runs: list[dict], path: Path, band: str = "std", warn=_warn, metric: str = "accuracy"):
+    """One panel per setting, one line per label: the record field ``metric`` (CURVE_METRICS: mean test
+    accuracy by default) averaged over its seeds per round, shaded band; whole-number round ticks and, for
+    two-stage methods, a dashed line where stage two starts.  Drawn at print size (one column, 3.3 in, for
+    one panel; both columns, 6.8 in, for more); from 8 labels on, line styles besides colours and a legend
+    of two columns.  The folder of ``path`` is made where missing.  Returns the Figure; raises ReportError
+    when no run records ``metric`` or the file cannot be written."""
+    if metric not in CURVE_METRICS:
+        raise ReportError(f"--metric {metric}: not a field the curves draw; use one of {', '.join(CURVE_METRICS)}")
+    path = Path(path)
+    data = {key: per for key, per in mean_curves(runs, band, warn, metric).items() if per}
+    if not data:
+        raise ReportError(f"no run records {metric} per round (its metrics.jsonl has no such numbers): no "
+                          f"curves to draw; --metric accuracy draws the mean accuracy")
     headers = Results(runs).headers
     stages = stage_lines(runs)
     labels = sorted({label for per in data.values() for label in per}, key=_order)
-    cmap = colormaps["tab10" if len(labels) <= 10 else "tab20"]
-    colour = {label: cmap(i % 20) for i, label in enumerate(labels)}
+    look = dict(zip(labels, curve_looks(len(labels))))
+    colour = {label: look[label]["color"] for label in labels}
     cols = min(len(data), 3)
     rows = -(-len(data) // cols)
     width = figures.WIDTH if cols == 1 else figures.WIDE
-    most = max((len(per) + len(stages.get(key, {})) for key, per in data.items()), default=1)
-    height = 2.1 + 0.16 * most   # the axes and, below them, one legend line per label
+    # two legend columns where a panel is wide enough (one or two panels a row), each entry broken to fit
+    ncols = 2 if len(labels) >= MANY_LABELS and cols <= 2 else 1
+
+    def entry(text: str) -> str:
+        return "\n".join(textwrap.wrap(text, LEGEND_WRAP)) if ncols == 2 else text
+
+    def stage_label(t1: int, which: list[str], per: dict) -> str:
+        return entry(f"stage two from round {t1 + 1}" + ("" if set(which) == set(per) else f" ({', '.join(which)})"))
+
+    def seeds_label(label: str, seeds: int) -> str:
+        return entry(f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
+
+    def legend_lines(key, per: dict) -> int:
+        texts = ([seeds_label(label, c[4]) for label, c in per.items()]
+                 + [stage_label(t1, which, per) for t1, which in stages.get(key, {}).items()])
+        return -(-sum(t.count("\n") + 1 for t in texts) // ncols)
+
+    most = max((legend_lines(key, per) for key, per in data.items()), default=1)
+    height = 2.1 + 0.16 * most   # the axes and, below them, the legend's lines
     with figures.print_style():
         fig = figures.new_figure(width, height * rows)
         axes = fig.subplots(rows, cols, squeeze=False)
@@ -821,25 +881,33 @@ def curves(runs: list[dict], path: Path, band: str = "std", warn=_warn):
         for ax, (key, per) in zip(axes.flat, data.items()):
             last = max((max(r[0], default=0) for r in per.values()), default=None)
             for label, (rounds, mean, low, high, seeds) in per.items():
-                ax.plot(rounds, mean, lw=1, color=colour[label],
-                        label=f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
+                ax.plot(rounds, mean, lw=1, **look[label], label=seeds_label(label, seeds))
                 if seeds > 1:
                     ax.fill_between(rounds, low, high, color=colour[label], alpha=0.2, lw=0)
             for t1, which in stages.get(key, {}).items():
                 every = set(which) == set(per)
-                line = figures.mark_stage_two(ax, t1, last, f"stage two from round {t1 + 1}" +
-                                              ("" if every else f" ({', '.join(which)})"))
+                line = figures.mark_stage_two(ax, t1, last, stage_label(t1, which, per))
                 if line is not None and len(which) == 1 and not every:
                     line.set_color(colour[which[0]])
             ax.set_title("\n".join(textwrap.wrap(headers.get(key, setting_text(key)), 40 if cols == 1 else 30)))
             ax.set_xlabel("round")
-            ax.set_ylabel("mean test accuracy (%)")
+            ax.set_ylabel(CURVE_METRICS[metric])
             figures.integer_ticks(ax.xaxis)
             # below the panel, where it covers no curve
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=1, frameon=False)
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=ncols, frameon=False,
+                      columnspacing=0.8, handlelength=2.0, handletextpad=0.5)
         fig.suptitle("mean over seeds; shaded: " + ("min–max over seeds" if band == "minmax" else
                                                      "± 1 sample std over seeds"))
-        fig.savefig(path, dpi=figures.DPI)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ReportError(f"--curves {path}: cannot make its folder {path.parent} "
+                              f"({exc.strerror or exc})") from None
+        try:
+            fig.savefig(path, dpi=figures.DPI)
+        except (OSError, ValueError) as exc:   # not writable; a name matplotlib has no format for
+            raise ReportError(f"--curves {path}: cannot write it ({exc}); give a writable path ending in .png, "
+                              f".pdf or .svg") from None
     return fig
 
 
@@ -862,7 +930,12 @@ def main(argv=None) -> int:
                    help=f"comma-separated summary.json fields, or 'all' ({', '.join(METRICS)}); "
                         f"default {','.join(DEFAULT_METRICS)}")
     p.add_argument("--curves", metavar="PNG", help="write the accuracy curves here: one panel per setting, one "
-                                                   "line per label, mean over seeds with a shaded band")
+                                                   "line per label, mean over seeds with a shaded band (the "
+                                                   "folder is made where missing)")
+    p.add_argument("--metric", choices=tuple(CURVE_METRICS), default=None,
+                   help="the record field --curves averages and draws: accuracy (the mean over clients, default), "
+                        "honest_accuracy (the clients that do not attack) or worst_cluster_accuracy (the lowest "
+                        "true cluster's mean)")
     p.add_argument("--band", choices=("std", "minmax"), default="std",
                    help="the curves' band: ± 1 sample std over seeds (default) or min-max")
     p.add_argument("--strict", action="store_true",
@@ -872,6 +945,8 @@ def main(argv=None) -> int:
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         p.error(f"unknown metric {', '.join(unknown)}; use {', '.join(METRICS)} or all")
+    if args.metric is not None and not args.curves:
+        p.error("--metric chooses what --curves draws: give --curves PNG too (--metrics chooses the tables)")
     try:
         runs = load_runs(args.runs, strict=args.strict)
         if not runs:
@@ -881,7 +956,7 @@ def main(argv=None) -> int:
             print(f"fedclust report: warning: {msg}", file=sys.stderr)
         print({"markdown": markdown, "csv": csv_text, "latex": latex}[args.format](res, metrics), end="")
         if args.curves:
-            curves(runs, Path(args.curves), args.band)
+            curves(runs, Path(args.curves), args.band, metric=args.metric or "accuracy")
     except ReportError as exc:
         print(f"fedclust report: error: {exc}", file=sys.stderr)
         return 2

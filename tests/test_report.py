@@ -514,3 +514,87 @@ def test_older_runs_without_the_new_fields_load_as_not_recorded(tmp_path, capsys
                         "fmnist, rotation 2, model my_model.py:Net (c3c3c3c3)",
                         "npz, rotation 2, npz file not recorded", "npz, rotation 2, npz a1a1a1a1"]
     assert rows["local"][1:] == ["61.00", "60.00", "62.00", "70.00", "71.00"]
+
+
+# ---------------------------------------------------------------- curves: --metric, many labels, the folder
+
+def test_curves_metric_averages_and_draws_the_chosen_record_field(tmp_path, capsys):
+    dirs = []
+    for seed, (acc, honest, worst) in enumerate((([50.0, 60.0], [52.0, 63.0], [30.0, 41.0]),
+                                                 ([54.0, 62.0], [55.0, 66.0], [34.0, 45.0]))):
+        lines = [json.dumps({"round": t + 1, "accuracy": a, "honest_accuracy": h, "worst_cluster_accuracy": w})
+                 for t, (a, h, w) in enumerate(zip(acc, honest, worst))]
+        dirs.append(write_run(tmp_path, f"r{seed}", summary("panm_grad", seed, acc[-1]), lines=lines))
+    runs = report.load_runs(dirs)
+    for metric, want, ylabel in (("accuracy", [52.0, 61.0], "mean test accuracy (%)"),
+                                 ("honest_accuracy", [53.5, 64.5], "honest clients' accuracy (%)"),
+                                 ("worst_cluster_accuracy", [32.0, 43.0], "worst cluster's accuracy (%)")):
+        rounds, mean, low, high, seeds = next(iter(report.mean_curves(runs, metric=metric).values()))["panm_grad"]
+        assert (rounds, mean, seeds) == ([1, 2], want, 2)
+        fig = report.curves(runs, tmp_path / f"{metric}.png", metric=metric)
+        ax = fig.axes[0]
+        assert ax.get_ylabel() == ylabel
+        assert list(ax.get_lines()[0].get_ydata()) == want
+    png = tmp_path / "h.png"
+    rc, out, err = run_report(capsys, dirs + ["--curves", png, "--metric", "worst_cluster_accuracy"])
+    assert rc == 0 and png.stat().st_size > 0 and err == ""
+
+
+def test_curves_metric_refuses_a_field_no_run_records_and_needs_curves(tmp_path, capsys):
+    d = write_run(tmp_path, "old", summary("local", 0, 70.0))      # records accuracy only
+    png = tmp_path / "c.png"
+    rc, out, err = run_report(capsys, [d, "--curves", png, "--metric", "honest_accuracy"])
+    assert rc == 2 and not png.exists() and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("fedclust report: error: no run records honest_accuracy per round")
+    assert "left out of the curves" in err                          # the label it passed over is named
+    with pytest.raises(SystemExit) as exc:
+        report.main([d, "--metric", "honest_accuracy"])
+    assert exc.value.code == 2 and "--metric chooses what --curves draws" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        report.main([d, "--curves", str(png), "--metric", "final_accuracy"])   # not a per-round field
+
+
+def test_curves_of_twelve_labels_stay_apart_with_a_legend_of_two_columns(tmp_path):
+    dirs = []
+    for i in range(12):   # the first a two-stage method: its stage-two line is the longest legend entry
+        s = summary("panm_grad" if i == 0 else "local", 0, 60.0 + i, label=f"panm_grad v{i:02d}" if i == 0 else
+                    f"variant{i:02d}")
+        dirs.append(write_run(tmp_path, f"v{i}", s, accs=[50.0 + i, 60.0 + i, 62.0 + i],
+                              config=config_of(s, clients=8, rounds=3, stage1_rounds=1)))
+    fig = report.curves(report.load_runs(dirs), tmp_path / "c.png")
+    ax = fig.axes[0]
+    lines = [x for x in ax.get_lines() if "seed" in x.get_label()]
+    assert len(lines) == 12 and len(fig.axes) == 1
+    stage = [x for x in ax.get_lines() if x.get_linestyle() == "--"]
+    assert [x.get_label() for x in stage] == ["stage two from round 2\n(panm_grad v00)"]   # broken to fit
+    looks = {(tuple(np.round(matplotlib_rgba(x.get_color()), 4)), x.get_linestyle()) for x in lines}
+    assert len(looks) == 12                                          # no two labels drawn alike
+    assert all(x.get_linestyle() != "--" for x in lines)             # dashed stays the stage-two line's
+    legend = ax.get_legend()
+    assert legend._ncols == 2 and len(legend.get_texts()) == 13
+    assert legend.get_window_extent().y1 <= ax.get_window_extent().y0
+    fig.canvas.draw()
+    assert legend.get_window_extent().x0 >= 0 and legend.get_window_extent().x1 <= fig.bbox.width
+    # fewer than 8: one column of solid lines, as before
+    fig = report.curves(report.load_runs(dirs[1:4]), tmp_path / "d.png")
+    assert fig.axes[0].get_legend()._ncols == 1 and {x.get_linestyle() for x in fig.axes[0].get_lines()} == {"-"}
+
+
+def matplotlib_rgba(colour):
+    import matplotlib.colors
+
+    return matplotlib.colors.to_rgba(colour)
+
+
+def test_curves_into_a_folder_that_does_not_exist_makes_it_and_a_bad_path_is_one_line(tmp_path, capsys):
+    d = write_run(tmp_path, "r", summary("local", 0, 70.0))
+    png = tmp_path / "figs" / "sub" / "c.png"
+    rc, _, err = run_report(capsys, [d, "--curves", png])
+    assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and err == ""
+    (tmp_path / "file").write_text("not a folder")
+    for bad, words in ((tmp_path / "file" / "c.png", "cannot make its folder"),
+                       (tmp_path / "c.nosuchformat", "cannot write it")):
+        rc, _, err = run_report(capsys, [d, "--curves", bad])
+        assert rc == 2 and "Traceback" not in err, err
+        assert err.strip().splitlines() == [err.strip().splitlines()[0]]
+        assert err.startswith(f"fedclust report: error: --curves {bad}: {words}")

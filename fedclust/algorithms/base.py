@@ -414,6 +414,19 @@ class Algorithm:
             getattr(cfg, section).validate(cfg)
 
     @classmethod
+    def phase_marks(cls, cfg) -> list[tuple[int, str]]:
+        """The rounds after which a new phase of the run starts, each with its legend label, for the figures
+        (``accuracy.png`` draws a dashed line halfway between round R and R + 1 for each ``(R, label)``).
+
+        Parameters: ``cfg``, the validated config.  Default: for a method that declares ``needs_stages``,
+        ``[(stage1_rounds, "stage two from round T1+1")]`` where stage two starts before the last round; none
+        otherwise.  Override to mark another method's phases (FedSPD: its fine-tuning)."""
+        t1 = cfg.stage1_rounds
+        if not cls.needs_stages or t1 is None or int(t1) >= int(cfg.rounds):
+            return []
+        return [(int(t1), f"stage two from round {int(t1) + 1}")]
+
+    @classmethod
     def check_run(cls, cfg, facts: RunFacts) -> None:
         """Refuse a config whose run cannot fit this machine, before any data is read.
 

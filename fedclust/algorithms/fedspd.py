@@ -183,6 +183,15 @@ class Fedspd(PeerAlgorithm):
         algo.kept_numbers = cfg.fedspd.clusters * facts.layout.numel   # [C, S, P], kept and made anew each round
         return algo
 
+    @classmethod
+    def phase_marks(cls, cfg) -> list[tuple[int, str]]:
+        """Fine-tuning starts after round R − F (F = ``fedspd.finetune_rounds``); none where F = 0."""
+        F = int(cfg.fedspd.finetune_rounds)
+        if F <= 0:
+            return []
+        start = int(cfg.rounds) - F + 1
+        return [(start - 1, f"fine-tuning from round {start}")]
+
     # -- which round is which ------------------------------------------------
 
     def stage(self, t: int) -> str:
