@@ -47,7 +47,7 @@ from fedclust.models import (
     model_source,
     model_spec,
 )
-from fedclust.schema import Config, parse
+from fedclust.schema import CORE_KEYS, SECTIONS, Config, parse
 from fedclust.trust import check_fingerprint, check_model_file, code_in_config, require_trust
 
 FORMAT = "fedclust-export-2"   # 2: each file's SHA-256 in the manifest, checked on load
@@ -60,8 +60,12 @@ MODEL_SOURCE = "model_source.py"   # a user model's file, carried so that the ex
 
 
 def _run_config(raw: dict) -> Config:
+    """The config a run saved, parsed: its plugins loaded first; a section no algorithm registered here
+    declares (a plug-in the writing process had loaded for another test or run) is not the run's algorithm's, so
+    it is left out."""
     load_algorithms(raw)
-    return parse(raw)
+    known = set(CORE_KEYS) | set(SECTIONS)
+    return parse({k: v for k, v in raw.items() if k in known})
 
 
 def read_run(run_dir: str | Path, trust_code: bool = False) -> tuple[Config, dict, Path]:

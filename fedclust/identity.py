@@ -5,12 +5,13 @@ rendezvous address never merge."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 
-from fedclust.schema import to_dict
+from fedclust.schema import CORE_KEYS, SECTIONS, to_dict
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,16 @@ class RunIdentity:
 
 
 def config_digest(cfg) -> str:
-    """SHA-256 (hex) of the resolved config (:func:`fedclust.schema.to_dict`)
-    as canonical JSON, the same on every rank of one run.  No key is left
-    out: ``out`` enters as the config named it, so two runs that differ only
-    in a named ``out`` differ, while a default run directory (empty ``out``,
-    its time stamp resolved later and per rank) enters as empty on every
-    rank.  Cost: one JSON dump of the config (a few KB)."""
-    text = json.dumps(to_dict(cfg), sort_keys=True, separators=(",", ":"), default=str)
+    """SHA-256 (hex) of the resolved config (:func:`fedclust.schema.to_dict`) as canonical JSON, the same on every
+    rank of one run: every core key, and each algorithm section whose values are not all its defaults (a section
+    at its defaults says nothing of the run, and which ones exist depends on the plug-ins this process loaded).
+    ``out`` enters as the config named it, so two runs that differ only in a named ``out`` differ, while a default
+    run directory (empty ``out``, its time stamp resolved later and per rank) enters as empty on every rank.
+    Cost: one JSON dump of the config (a few KB)."""
+    full = to_dict(cfg)
+    kept = {k: v for k, v in full.items()
+            if k in CORE_KEYS or k not in SECTIONS or v != dataclasses.asdict(SECTIONS[k]())}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

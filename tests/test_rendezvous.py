@@ -81,6 +81,30 @@ def test_the_digest_is_equal_for_one_config_and_differs_with_any_key():
     assert RunIdentity.loads(b"not one of ours") == RunIdentity("", "")
 
 
+def test_the_digest_does_not_depend_on_the_plugins_a_process_loaded(monkeypatch):
+    """A section some plug-in registered in one process only (at its defaults) leaves the digest as it is; a
+    section set away from its defaults changes it."""
+    import dataclasses
+
+    from fedclust import schema
+
+    base = ["algorithm.name=random", "data.name=synthetic", "clients=8", "rounds=2"]
+    before = config_digest(load_config(None, base))
+
+    @dataclasses.dataclass
+    class Extra:
+        x: int = 1
+
+        def validate(self, cfg):
+            pass
+
+    monkeypatch.setitem(schema.SECTIONS, "extra_plugin_section", Extra)
+    cfg = load_config(None, base)
+    assert "extra_plugin_section" in cfg.sections and config_digest(cfg) == before
+    cfg.sections["extra_plugin_section"].x = 2
+    assert config_digest(cfg) != before
+
+
 # ----------------------------------------------------------------------------
 # startup_store, ranks as threads of this process
 

@@ -149,6 +149,15 @@ def test_a_user_model_is_imported_only_with_trust_and_only_when_it_is_the_runs(u
     assert not sentinel.exists()
 
 
+def test_a_section_of_a_plugin_the_writer_had_loaded_is_not_the_runs(tmp_path):
+    """A run written by a process that had registered some plug-in's section (at its defaults) reads back in a
+    process that has not: that section is no key of the run's algorithm."""
+    clients_file(tmp_path / "clients.npz")
+    small_run(tmp_path / "run", tmp_path / "clients.npz")
+    rewrite_checkpoint(tmp_path / "run", lambda p: p["config"].update(some_plugin_section={"threshold": 0.5}))
+    assert evaluate_run(tmp_path / "run")["round"] == 2
+
+
 def test_a_manifest_names_only_files_inside_its_export(user_run, tmp_path):
     run_dir, _ = user_run
     export_run(run_dir, tmp_path / "x", trust_code=True)
