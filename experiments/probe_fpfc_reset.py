@@ -30,7 +30,8 @@ from fedclust.algorithms.aggregation import participants
 from fedclust.config import load_config
 from fedclust.data import load_federated
 from fedclust.metrics import adjusted_rand_index
-from fedclust.models import build_model, initial_weights, model_name
+from fedclust.models import build_model, initial_weights
+from fedclust.runmodel import model_name
 
 
 def step_pairs(heads, theta, V, selected, lam, a, xi, rho, reset):

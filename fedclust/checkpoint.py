@@ -40,10 +40,11 @@ import yaml
 from fedclust import upgrade
 from fedclust.algorithms import registry
 from fedclust.errors import CheckpointError, ConfigError
-from fedclust.models import definition_sha256, file_sha256, model_fingerprint, model_name, model_source, model_spec
+from fedclust.models import definition_sha256, file_sha256, model_fingerprint, model_source
 from fedclust.outputs import RUN_FILES, check_run_dir
 from fedclust.peers import pack_bits, unpack_bits  # noqa: F401  (how checkpoints hold bool masks)
 from fedclust.rank import RankSetup
+from fedclust.runmodel import model_name, model_spec
 from fedclust.schema import CORE_KEYS, resumable_keys
 
 FORMAT = 2            # 2: with CHECKSUM; 1 (read, unverified, with a warning): before checksums

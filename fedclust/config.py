@@ -31,10 +31,11 @@ from fedclust.dist import (
 )
 from fedclust.errors import ConfigError
 from fedclust.importing import import_target
-from fedclust.models import check_input, initial_weights, is_user_model, make_net, model_spec
+from fedclust.models import check_input, is_user_model
 from fedclust.models.registry import aliases as model_aliases
 from fedclust.models.registry import names as model_names
 from fedclust.network import read_availability, read_edge_list
+from fedclust.runmodel import RunModel, model_spec, run_model
 from fedclust.schema import (  # noqa: F401
     SECTIONS,
     AlgorithmConfig,
@@ -117,9 +118,10 @@ def validate(cfg: Config) -> None:
     if why:
         raise ConfigError("model", cfg.model, f"the {arch} {why}, but {cfg.data.name}'s inputs have shape "
                           f"{list(shape)}; use model=mlp")
+    model = run_model(cfg)
     if is_user_model(arch) or cfg.engine == "loop":   # built, checked and its engine chosen before anything starts
-        make_net(arch, shape, model_spec(cfg)[2], cfg.engine, resolve_device(cfg.device), cfg.seed)
-    facts = run_facts(cfg)
+        model.net(cfg.engine, resolve_device(cfg.device))
+    facts = run_facts(cfg, model)
     personal_columns(cfg, algorithm, facts.layout)
     algorithm.check_run(cfg, facts)
     warn_cluster_count(cfg, algorithm)
@@ -203,16 +205,16 @@ def validation_split(cfg: Config, algorithm) -> tuple[float, str]:
     return (share, "data.validation") if share > 0 else (own, own_key)
 
 
-def run_facts(cfg: Config) -> RunFacts:
+def run_facts(cfg: Config, model: RunModel | None = None) -> RunFacts:
     """What an algorithm may know of ``cfg``'s run besides the config
     (:class:`fedclust.algorithms.base.RunFacts`): the model's layout and its
-    default init under a seed (built on the CPU), the processes the launcher
-    started, and the free memory of the device a rank would use."""
-    arch, shape, classes = model_spec(cfg)
-    layout = initial_weights(arch, shape, classes, 0)[0]
+    default init under a seed (``model``, the run's :class:`RunModel`; built
+    on the CPU when not given), the processes the launcher started, and the
+    free memory of the device a rank would use."""
+    model = model or run_model(cfg)
     local, nodes = world_from_env()
-    return RunFacts(layout=layout, init=lambda seed: initial_weights(arch, shape, classes, seed)[1],
-                    world=local * nodes, ranks_per_node=local, free_memory=lambda: available_memory(cfg.device))
+    return RunFacts(layout=model.layout, init=model.init, world=local * nodes, ranks_per_node=local,
+                    free_memory=lambda: available_memory(cfg.device))
 
 
 def personal_columns(cfg: Config, algorithm, layout) -> tuple[tuple[int, int], ...]:

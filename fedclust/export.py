@@ -40,13 +40,12 @@ from fedclust.models import (
     build_model,
     definition_sha256,
     file_sha256,
-    initial_weights,
     is_user_model,
     make_net,
     model_fingerprint,
     model_source,
-    model_spec,
 )
+from fedclust.runmodel import model_spec, run_model
 from fedclust.schema import CORE_KEYS, SECTIONS, Config, parse
 from fedclust.trust import check_fingerprint, check_model_file, code_in_config, require_trust
 
@@ -103,7 +102,7 @@ def _model_facts(cfg) -> tuple[str, tuple[int, ...], int]:
 
 def _layout(cfg):
     arch, shape, classes = _model_facts(cfg)
-    return initial_weights(arch, shape, classes, cfg.seed)[0], arch, shape, classes
+    return run_model(cfg).layout, arch, shape, classes
 
 
 def _normalization(cfg) -> dict | None:

@@ -44,7 +44,7 @@ import yaml
 from fedclust import figures
 from fedclust.algorithms import registry
 from fedclust.data import registry as data_registry
-from fedclust.models import default_arch
+from fedclust.runmodel import default_arch
 from fedclust.schema import CORE_KEYS, Config, DataConfig
 from fedclust.setting import differing, run_setting
 

@@ -44,10 +44,10 @@ from fedclust.errors import DivergenceError
 from fedclust.evaluation import evaluate_round, keep_best_models, summarize
 from fedclust.exchange import exchange, plan_labels
 from fedclust.identity import run_identity
-from fedclust.models import initial_weights, make_net, model_name
 from fedclust.network import Network
 from fedclust.outputs import RunLock, check_writable, default_out
 from fedclust.rank0 import RankZeroOutput
+from fedclust.runmodel import run_model
 from fedclust.schema import Config, to_dict
 from fedclust.state import LoopState, stage1_arrays
 from fedclust.stopping import (
@@ -125,7 +125,8 @@ def build(cfg: Config, fabric) -> Setup:
     n = cfg.clients
     start, stop = shard_bounds(n, world, rank)
     client_ids = torch.arange(start, stop, dtype=torch.int64)
-    algo = registry.build(cfg, run_facts(cfg))
+    model = run_model(cfg)                                       # its layout, w0 and module, built once
+    algo = registry.build(cfg, run_facts(cfg, model))
     data = load_federated(cfg.data, n, cfg.seed, client_ids.tolist(), device=device)
     # a validation split: data.validation's, or the algorithm's own (CFL's best-of-lineage choice); 0: data unchanged
     share, key = validation_split(cfg, algo)
@@ -133,11 +134,9 @@ def build(cfg: Config, fabric) -> Setup:
     bad = attackers(cfg.seed, n, cfg.attack.fraction)   # the same on every rank
     if bad is not None and cfg.attack.kind == "label_flip":   # they train on flipped labels, every round
         data = dataclasses.replace(data, train_y=flip_labels(data.train_y, bad[client_ids], data.num_classes))
-    spec = model_name(cfg)
-    layout, w0 = initial_weights(spec, data.input_shape, data.num_classes, cfg.seed)
+    spec, layout, w0 = model.spec, model.layout, model.w0.clone()
     # train_counts is None only where every client, on every rank, holds the full width: the same choice everywhere
-    arch, why = make_net(spec, data.input_shape, data.num_classes, cfg.engine, device.type, cfg.seed,
-                         unequal=data.train_counts is not None)
+    arch, why = model.net(cfg.engine, device.type, unequal=data.train_counts is not None)
     if why and rank == 0:
         print(f"fedclust: {why}", flush=True)
 

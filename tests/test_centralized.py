@@ -26,14 +26,14 @@ from scipy.spatial.distance import squareform
 from fedclust import rng
 from fedclust.algorithms import aggregation, cfl, fedgroup, fedprox, fpfc, ifca
 from fedclust.algorithms.base import Context, RoundView
-from fedclust.config import load_config, run_facts
 from fedclust.algorithms.fpfc import check_fpfc_memory, fpfc_memory_need
-from fedclust.models import parameter_count
+from fedclust.config import load_config, run_facts
 from fedclust.data import load_federated
 from fedclust.errors import ConfigError
 from fedclust.metrics import adjusted_rand_index
-from fedclust.models import build_model
-from fedclust.runner import initial_weights, prepare, run
+from fedclust.models import build_model, initial_weights
+from fedclust.runmodel import parameter_count
+from fedclust.runner import prepare, run
 
 SYN = ["data.name=synthetic", "clients=12", "data.train_size=200", "data.test_size=50", "data.synthetic_dim=1",
        "data.synthetic_alpha=0", "data.synthetic_beta=0", "seed=0", "rounds=12", "progress=false", "figures=false",

@@ -19,13 +19,15 @@ from torch.func import vmap
 from fedclust import rng
 from fedclust.bench import local as bench
 from fedclust.bench.reference import reference_train_round
-from fedclust.engine import train
+from fedclust.engine import memory, train
 from fedclust.engine.functional import batched_forward_fn, forward_fn
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.pool import pool_losses
 from fedclust.engine.train import TrainSettings, evaluate, pair_losses, train_round
 from fedclust.errors import ConfigError
-from fedclust.models import build_model, default_arch
+from fedclust.models import build_model
+from fedclust.runmodel import default_arch
+from fedclust.models.registry import builtin
 
 SMALL_CNN = (3, 18, 18)  # smallest input the CNN takes: 16 -> 8 -> 6 -> 3 -> 1
 MNIST = (1, 28, 28)
@@ -62,7 +64,7 @@ def test_models_reject_bad_arch_and_shape():
         build_model("resnet", MNIST, 10)
     with pytest.raises(ConfigError, match="model"):
         build_model("cnn", (60,), 10)
-    with pytest.raises(ConfigError, match="model"):
+    with pytest.raises(TypeError, match="the engine takes a built model, not the name 'resnet'"):
         forward_fn("resnet")
 
 
@@ -110,9 +112,9 @@ def test_forward_fn_equals_module(arch, shape):
     for c in range(3):
         layout.load_into(module, flat[c])
         want = module(x[c])
-        assert torch.allclose(forward_fn(arch)(layout.views(flat[c]), x[c]), want, atol=1e-12)
-        assert torch.allclose(batched_forward_fn(arch)(layout.views(flat), x)[c], want, atol=1e-12)
-    assert torch.allclose(vmap(forward_fn(arch))(layout.views(flat), x), batched_forward_fn(arch)(layout.views(flat), x),
+        assert torch.allclose(forward_fn(builtin(arch))(layout.views(flat[c]), x[c]), want, atol=1e-12)
+        assert torch.allclose(batched_forward_fn(builtin(arch))(layout.views(flat), x)[c], want, atol=1e-12)
+    assert torch.allclose(vmap(forward_fn(builtin(arch)))(layout.views(flat), x), batched_forward_fn(builtin(arch))(layout.views(flat), x),
                           atol=1e-12)
 
 
@@ -126,7 +128,7 @@ def both_rounds(arch, shape, clients, n, settings, dtype=torch.float64, rounds=1
     fast, slow = flat.clone(), flat.clone()
     for r in range(1, rounds + 1):
         orders = rng.batch_orders(3, r, torch.arange(clients), settings.epochs, n)
-        lf = train_round(fast, layout, arch, x, y, orders, settings, anchor=centre, mu=mu)
+        lf = train_round(fast, layout, builtin(arch), x, y, orders, settings, anchor=centre, mu=mu)
         ls = reference_train_round(slow, layout, arch, x, y, orders, settings, shape, 10, anchor=centre, mu=mu)
     assert not torch.equal(fast, flat)  # it trained
     return fast, slow, lf, ls
@@ -197,13 +199,13 @@ def test_train_round_anchor_aliasing_the_weights_is_the_round_start():
     orders = rng.batch_orders(0, 1, torch.arange(2), 2, 12)
     start = flat.clone()
     want = flat.clone()
-    train_round(want, layout, "mlp", x, y, orders, s, anchor=start, mu=0.5)
-    train_round(flat, layout, "mlp", x, y, orders, s, anchor=flat, mu=0.5)
+    train_round(want, layout, builtin("mlp"), x, y, orders, s, anchor=start, mu=0.5)
+    train_round(flat, layout, builtin("mlp"), x, y, orders, s, anchor=flat, mu=0.5)
     assert torch.allclose(flat, want, atol=1e-12)
     with pytest.raises(ValueError, match="mu"):
-        train_round(flat, layout, "mlp", x, y, orders, s, anchor=start, mu=-1.0)
+        train_round(flat, layout, builtin("mlp"), x, y, orders, s, anchor=start, mu=-1.0)
     with pytest.raises(ValueError, match="anchor"):
-        train_round(flat, layout, "mlp", x, y, orders, s, anchor=start[:, :5], mu=0.5)
+        train_round(flat, layout, builtin("mlp"), x, y, orders, s, anchor=start[:, :5], mu=0.5)
 
 
 def test_train_round_cnn_float32():
@@ -230,9 +232,9 @@ def test_train_round_rejects_bad_orders():
     _, layout, flat, x, y = make("mlp", (60,), 2, 10)
     s = TrainSettings(lr=0.1, epochs=2)
     with pytest.raises(ValueError, match="orders"):
-        train_round(flat, layout, "mlp", x, y, torch.zeros(2, 3, 10, dtype=torch.long), s)
+        train_round(flat, layout, builtin("mlp"), x, y, torch.zeros(2, 3, 10, dtype=torch.long), s)
     with pytest.raises(ValueError, match="epochs"):
-        train_round(flat, layout, "mlp", x, y, rng.batch_orders(0, 1, torch.arange(2), 3, 10), s)
+        train_round(flat, layout, builtin("mlp"), x, y, rng.batch_orders(0, 1, torch.arange(2), 3, 10), s)
     with pytest.raises(ValueError, match="TrainSettings.lr"):    # the engine's guard; train.lr is checked with the config
         TrainSettings(lr=0.0)
 
@@ -256,10 +258,10 @@ def test_evaluate_equals_per_client_loop(arch, shape, monkeypatch):
     module, layout, flat, x, y = make(arch, shape, 5, 30, spread=0.3)
     want_acc, want_loss = loop_metrics(module, layout, flat, x, y)
     for chunk in (None, 7):
-        acc, loss = evaluate(flat, layout, arch, x, y, chunk=chunk)
+        acc, loss = evaluate(flat, layout, builtin(arch), x, y, chunk=chunk)
         assert torch.allclose(acc, want_acc) and torch.allclose(loss, want_loss, atol=1e-10)
-    monkeypatch.setattr(train, "CPU_EVAL_BYTES", 1)  # one client and one sample per pass
-    acc, loss = evaluate(flat, layout, arch, x, y)
+    monkeypatch.setattr(memory, "CPU_EVAL_BYTES", 1)  # one client and one sample per pass
+    acc, loss = evaluate(flat, layout, builtin(arch), x, y)
     assert torch.allclose(acc, want_acc) and torch.allclose(loss, want_loss, atol=1e-10)
 
 
@@ -270,14 +272,14 @@ def test_pair_losses_equals_per_model_evaluation(arch, shape, monkeypatch):
     models = flat[torch.tensor([0, 3, 1, 1, 2, 0, 3])] + 0.01 * torch.randn(7, layout.numel, dtype=flat.dtype)
     owner = torch.tensor([2, 0, 1, 3, 3, 0, 1])
     _, want = loop_metrics(module, layout, models, x[owner], y[owner])
-    assert torch.allclose(pair_losses(models, layout, arch, x, y, owner), want, atol=1e-10)
-    monkeypatch.setattr(train, "CPU_EVAL_BYTES", 1)
-    assert torch.allclose(pair_losses(models, layout, arch, x, y, owner), want, atol=1e-10)
+    assert torch.allclose(pair_losses(models, layout, builtin(arch), x, y, owner), want, atol=1e-10)
+    monkeypatch.setattr(memory, "CPU_EVAL_BYTES", 1)
+    assert torch.allclose(pair_losses(models, layout, builtin(arch), x, y, owner), want, atol=1e-10)
     with pytest.raises(ValueError, match="owner"):
-        pair_losses(models, layout, arch, x, y, torch.full((7,), 4))
+        pair_losses(models, layout, builtin(arch), x, y, torch.full((7,), 4))
     aligned = models[:4]                                  # model m on client m: the data sliced, not gathered
     _, want = loop_metrics(module, layout, aligned, x, y)
-    assert torch.allclose(pair_losses(aligned, layout, arch, x, y, torch.arange(4)), want, atol=1e-10)
+    assert torch.allclose(pair_losses(aligned, layout, builtin(arch), x, y, torch.arange(4)), want, atol=1e-10)
 
 
 @pytest.mark.parametrize("arch,shape", [("mlp", MNIST), ("logreg", (60,)), ("cnn", SMALL_CNN)])
@@ -289,13 +291,13 @@ def test_pool_losses_equals_per_model_evaluation(arch, shape):
     peers = torch.tensor([[1, 4, 5], [0, 0, 2], [5, 3, 1], [2, 4, 0]])   # repeats allowed (padding)
     owner = torch.arange(4).repeat_interleave(3)
     _, want = loop_metrics(module, layout, models[peers.reshape(-1)], x[owner], y[owner])
-    got = pool_losses(models, layout, arch, x, y, peers)
+    got = pool_losses(models, layout, builtin(arch), x, y, peers)
     assert got.shape == (4, 3) and torch.allclose(got.reshape(-1), want, atol=1e-10)
     for chunk in (1, 3):     # clients per pass
-        assert torch.allclose(pool_losses(models, layout, arch, x, y, peers, chunk=chunk), got, atol=1e-12)
-    assert pool_losses(models, layout, arch, x, y, peers[:, :0]).shape == (4, 0)
+        assert torch.allclose(pool_losses(models, layout, builtin(arch), x, y, peers, chunk=chunk), got, atol=1e-12)
+    assert pool_losses(models, layout, builtin(arch), x, y, peers[:, :0]).shape == (4, 0)
     with pytest.raises(ValueError, match="peers"):
-        pool_losses(models, layout, arch, x, y, torch.full((4, 2), 6))
+        pool_losses(models, layout, builtin(arch), x, y, torch.full((4, 2), 6))
 
 
 # ---------------------------------------------------------------- bench
@@ -382,7 +384,7 @@ def test_proximal_term_on_the_head_only_equals_a_plain_loop(arch, shape, backpro
     s = TrainSettings(lr=0.05, batch_size=5, epochs=2, client_chunk=2, backprop=backprop)
     counts = torch.tensor([12, 7, 9]) if path == "masked" else None
     orders = rng.batch_orders(3, 1, torch.arange(3), 2, 12, counts)
-    net = train.ModuleNet(build_model(arch, shape, 10).to(flat.dtype), "loop") if path == "loop" else arch
+    net = train.ModuleNet(build_model(arch, shape, 10).to(flat.dtype), "loop") if path == "loop" else builtin(arch)
     fast, slow, whole = flat.clone(), flat.clone(), flat.clone()
     train_round(fast, layout, net, x, y, orders, s, anchor=anchor, mu=0.5, counts=counts, prox_layers=head)
     head_proximal_reference(slow, layout, module, x, y, orders, s, anchor, 0.5, head, counts)
@@ -401,7 +403,7 @@ def test_prox_layers_naming_no_parameter_tensor_is_refused():
     s = TrainSettings(lr=0.05, batch_size=8, epochs=1)
     for bad in (("fc9.weight",), ()):
         with pytest.raises(ValueError, match="prox_layers") as e:
-            train_round(flat.clone(), layout, "mlp", x, y, orders, s, anchor=flat.clone(), mu=0.5, prox_layers=bad)
+            train_round(flat.clone(), layout, builtin("mlp"), x, y, orders, s, anchor=flat.clone(), mu=0.5, prox_layers=bad)
         assert "fc3.weight" in str(e.value) and "None" in str(e.value)   # names the choices and the fix
 
 
@@ -424,13 +426,13 @@ def test_unequal_clients_train_at_their_own_width_bit_for_bit_in_any_grouping(ar
     orders = rng.batch_orders(5, 2, ids, 2, n, counts)
     s = TrainSettings(lr=0.05, batch_size=batch, epochs=2, client_chunk=3, momentum=0.5)
     whole, parts, padded = flat.clone(), flat.clone(), flat.clone()
-    loss = train_round(whole, layout, arch, x, y, orders, s, counts=counts)
+    loss = train_round(whole, layout, builtin(arch), x, y, orders, s, counts=counts)
     for lo, hi in ((0, 4), (4, 9)):
         shard = parts[lo:hi]
-        got = train_round(shard, layout, arch, x[lo:hi], y[lo:hi], orders[:, lo:hi], s, counts=counts[lo:hi])
+        got = train_round(shard, layout, builtin(arch), x[lo:hi], y[lo:hi], orders[:, lo:hi], s, counts=counts[lo:hi])
         assert torch.equal(got, loss[lo:hi])
     assert torch.equal(parts, whole)
-    ref = train._train_chunk_masked(padded, layout, arch, x, y, orders, s, None, 0.0, counts)
+    ref = train._train_chunk_masked(padded, layout, builtin(arch), x, y, orders, s, None, 0.0, counts)
     torch.testing.assert_close(whole, padded, rtol=0, atol=1e-12)
     torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)
 
@@ -444,7 +446,7 @@ def test_only_the_rows_that_train_change_and_their_bits_are_the_whole_sets(arch,
     the hand-written paths, the per-client loop and the vmap path."""
     n, C = 12, 7
     module, layout, flat, x, y = make(arch, shape, C, n)
-    net = arch if path == "hand" else train.ModuleNet(module, path)
+    net = builtin(arch) if path == "hand" else train.ModuleNet(module, path)
     counts = torch.tensor([3, 12, 7, 12, 5, 9, 12]) if unequal else None
     orders = rng.batch_orders(1, 3, torch.arange(C), 2, n, counts)
     s = TrainSettings(lr=0.05, batch_size=4, epochs=2, client_chunk=2, momentum=0.5)
@@ -482,9 +484,9 @@ def test_stragglers_trained_apart_leave_the_others_bit_for_bit():
     s = TrainSettings(lr=0.08, batch_size=16, epochs=2)
     orders = rng.batch_orders(3, 1, torch.arange(6), 2, 40)
     whole = flat.clone()
-    train_round(whole, layout, "mlp", x, y, orders, s)
+    train_round(whole, layout, builtin("mlp"), x, y, orders, s)
     split = flat.clone()
     slow = torch.tensor([False, True, False, False, True, False])
-    train_round(split, layout, "mlp", x, y, orders, s, train=~slow)
-    train_round(split, layout, "mlp", x, y, orders, dataclasses.replace(s, max_steps=2), train=slow)
+    train_round(split, layout, builtin("mlp"), x, y, orders, s, train=~slow)
+    train_round(split, layout, builtin("mlp"), x, y, orders, dataclasses.replace(s, max_steps=2), train=slow)
     assert torch.equal(split[~slow], whole[~slow]) and not torch.equal(split[slow], whole[slow])

@@ -16,6 +16,7 @@ from fedclust.algorithms.base import Context, RoundView
 from fedclust.config import load_config, run_facts
 from fedclust.errors import ConfigError
 from fedclust.schema import TrainConfig
+from fedclust.models.registry import builtin
 from test_fpfc_state import simulated_ranks   # tests/ is on sys.path (pytest)
 
 # the official Synthetic setting: rho = 1 hard-coded, lambda = 0.6, xi = 10e-4, a = 3.7
@@ -432,7 +433,7 @@ def test_head_fusion_trains_and_steps_as_the_official_labelswap_round(reset):
         state, plan = algo.plan(state, ctx, t, None)
         assert plan.prox_layers == names and torch.equal(plan.anchor[:, first:], state.zeta)
         flat = plan.start.clone()
-        train_round(flat, layout, "mlp", x, y, orders, settings, anchor=plan.anchor, mu=plan.mu,
+        train_round(flat, layout, builtin("mlp"), x, y, orders, settings, anchor=plan.anchor, mu=plan.mu,
                     prox_layers=plan.prox_layers)
         state, res = algo.aggregate(state, ctx, RoundView(round=t, before=None, after=flat, all_after=flat))
         active = participants(ctx.seed, t, n, p)

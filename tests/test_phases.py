@@ -16,6 +16,7 @@ from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.train import TrainSettings, frozen_epochs, train_round
 from fedclust.models import build_model
+from fedclust.models.registry import builtin
 
 MNIST = (1, 28, 28)
 SMALL_CNN = (3, 18, 18)
@@ -41,7 +42,7 @@ def test_phases_equal_the_plain_loop_that_restores_frozen_tensors(arch, shape, b
     s = TrainSettings(lr=0.08, momentum=0.9, batch_size=8, epochs=3, client_chunk=2, backprop=backprop)
     orders = rng.batch_orders(3, 1, torch.arange(3), 3, 20)
     fast, slow = flat.clone(), flat.clone()
-    lf = train_round(fast, layout, arch, x, y, orders, s, phases=phases)
+    lf = train_round(fast, layout, builtin(arch), x, y, orders, s, phases=phases)
     ls = reference_train_round(slow, layout, arch, x, y, orders, s, shape, 10, phases=phases)
     assert torch.allclose(fast, slow, atol=1e-10) and torch.allclose(lf, ls, atol=1e-10)
     free = flat.clone()
@@ -57,7 +58,7 @@ def test_clients_of_unequal_sizes_train_in_phases_as_each_alone():
     s = TrainSettings(lr=0.08, momentum=0.9, batch_size=8, epochs=3)
     orders = rng.batch_orders(3, 1, torch.arange(4), 3, 24, counts)
     fast = flat.clone()
-    lf = train_round(fast, layout, "mlp", x, y, orders, s, counts=counts, phases=DEPRL)
+    lf = train_round(fast, layout, builtin("mlp"), x, y, orders, s, counts=counts, phases=DEPRL)
     for c in range(4):
         m = int(counts[c])
         one = flat[c:c + 1].clone()

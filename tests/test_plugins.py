@@ -144,10 +144,12 @@ LAYERS = [
     {"fedclust.errors", "fedclust.rng", "fedclust.importing", "fedclust.lists", "fedclust.sizes", "fedclust.registry",
      "fedclust.__version__"},
     {"fedclust.schema"},
-    {"fedclust.data", "fedclust.engine", "fedclust.models", "fedclust.dist", "fedclust.identity", "fedclust.metrics",
-     "fedclust.peers",
-     "fedclust.network", "fedclust.attack",
-     "fedclust.theory", "fedclust.progress"},
+    # the engine trains a built model (a Net), never names one: below the models
+    {"fedclust.engine", "fedclust.dist", "fedclust.identity", "fedclust.metrics", "fedclust.peers", "fedclust.network",
+     "fedclust.attack", "fedclust.theory", "fedclust.progress"},
+    {"fedclust.models"},                      # the models know nothing of data sets
+    {"fedclust.data"},                        # a data set names its default model
+    {"fedclust.runmodel"},                    # the run's model: the data set's inputs and classes, built once
     {"fedclust.algorithms"},
     {"fedclust.config", "fedclust.outputs", "fedclust.figures", "fedclust.report", "fedclust.checkpoint",
      "fedclust.tracking", "fedclust.evaluation", "fedclust.stopping", "fedclust.rank", "fedclust.state",

@@ -16,6 +16,7 @@ from fedclust.engine.layout import ParamLayout
 from fedclust.engine.train import TrainSettings, sample_losses, train_round
 from fedclust.models import build_model
 from fedclust.runner import training_subset
+from fedclust.models.registry import builtin
 
 MNIST = (1, 28, 28)
 
@@ -32,7 +33,7 @@ def make(clients, n, seed=0):
 def test_each_example_loss_is_the_modules_and_padding_is_infinite():
     module, layout, flat, x, y = make(3, 7)
     counts = torch.tensor([7, 4, 1])
-    got = sample_losses(flat, layout, "mlp", x, y, counts)
+    got = sample_losses(flat, layout, builtin("mlp"), x, y, counts)
     for c in range(3):
         layout.load_into(module, flat[c])
         for j in range(7):
@@ -56,7 +57,7 @@ def test_a_client_trains_on_its_subset_as_a_client_of_those_examples_alone():
     s = TrainSettings(lr=0.08, momentum=0.9, batch_size=4, epochs=2)
     orders = rng.batch_orders(3, 1, torch.arange(4), 2, 20, counts)
     fast = flat.clone()
-    train_round(fast, layout, "mlp", x[rows, order], y[rows, order], orders, s, counts=counts)
+    train_round(fast, layout, builtin("mlp"), x[rows, order], y[rows, order], orders, s, counts=counts)
     for c in range(4):
         chosen = samples[c].nonzero().flatten()
         one = flat[c:c + 1].clone()

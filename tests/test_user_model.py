@@ -212,7 +212,7 @@ def test_clients_of_unequal_sizes_train_and_evaluate_as_each_alone_on_its_own_ex
     orders = rng.batch_orders(0, 1, torch.arange(4), 2, 13, counts)
     want = plain_loop(spec, flat, x, y, orders, lr=0.05, momentum=0.9, batch=5, counts=counts)
     if spec == "mlp":
-        net = "mlp"
+        net = builtin("mlp")
     else:
         net = ModuleNet(build_model(spec, SHAPE, CLASSES), "loop" if arch in ("loop", CONV) else "batched")
     got = flat.clone()

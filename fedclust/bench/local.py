@@ -36,7 +36,7 @@ from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
 from fedclust.engine.precision import apply_precision
 from fedclust.engine.train import TrainSettings, train_round
-from fedclust.models import build_model, is_user_model
+from fedclust.models import build_model, builtin, is_user_model
 from fedclust.schema import PRECISIONS
 
 SHAPES = {"mlp": (1, 28, 28), "cnn": (3, 32, 32)}
@@ -179,7 +179,7 @@ def run_case(case: Case, device: torch.device, repeats: int, compile_: bool, bud
         _sync(device)
         t0 = time.perf_counter()
         if case.path == "vectorized":
-            train_round(flat, layout, case.model, x, y, orders, settings)
+            train_round(flat, layout, builtin(case.model), x, y, orders, settings)
         elif case.path in ("batched", "loop"):
             train_round(flat, layout, net, x, y, orders, settings)
         else:

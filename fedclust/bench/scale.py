@@ -76,7 +76,7 @@ from fedclust.dist import (
     measure_gathers,
     world_from_env,
 )
-from fedclust.models import model_spec, parameter_count
+from fedclust.runmodel import model_spec, parameter_count
 
 MB = 2**20
 # Gathered per client besides the weights: the training loss and the stop/checkpoint flags (runner.round_step).

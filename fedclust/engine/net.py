@@ -1,17 +1,15 @@
 """What the engine trains: a :class:`Net`, the one contract between the
 engine and a model.  A built-in model gives it
-(:class:`fedclust.models.base.BuiltinModel`, found by name in
-:mod:`fedclust.models.registry`), and so does any ``nn.Module``
-(:class:`fedclust.engine.module_net.ModuleNet`).  The engine branches on
-what a Net declares, never on a model's name."""
+(:class:`fedclust.models.base.BuiltinModel`, ``fedclust.models.builtin(name)``),
+and so does any ``nn.Module`` (:class:`fedclust.engine.module_net.ModuleNet`).
+The engine takes a built Net, never a model's name, and branches on what the
+Net declares."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
 import torch
-
-from fedclust.models.registry import builtin
 
 
 class Net(Protocol):
@@ -45,9 +43,13 @@ class Net(Protocol):
     def activation_bytes(self, input_shape: tuple[int, ...], element_size: int = 4) -> int: ...
 
 
-Arch = Any   # a Net, or a built-in model's name (resolved by as_net)
+Arch = Any   # a Net (typed Any: BuiltinModel declares on the class what ModuleNet sets on the object)
 
 
 def as_net(arch: Arch) -> Net:
-    """The :class:`Net` of ``arch``: itself, or the built-in model of that name."""
-    return builtin(arch) if isinstance(arch, str) else arch
+    """``arch`` itself, a built Net; a model's name is refused (build it first: ``fedclust.models.builtin(name)``,
+    or ``fedclust.models.make_net`` for a run's model)."""
+    if isinstance(arch, str):
+        raise TypeError(f"the engine takes a built model, not the name {arch!r}: pass fedclust.models.builtin("
+                        f"{arch!r}) or what fedclust.models.make_net returns")
+    return arch

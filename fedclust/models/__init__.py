@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedclust.data import registry as data_registry
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.module_net import ModuleNet
 from fedclust.errors import ConfigError
@@ -40,7 +39,7 @@ from fedclust.models.user import (  # noqa: F401
 )
 
 __all__ = ["BuiltinModel", "MODELS", "register", "names", "builtin", "build_model", "check_input", "make_net",
-           "model_record", "default_arch", "model_spec", "model_name", "parameter_count", "initial_weights",
+           "model_record", "initial_weights",
            "is_user_model", "model_source", "model_fingerprint", "file_sha256", "check_module", "user_factory"]
 
 
@@ -106,30 +105,6 @@ def make_net(spec: str, input_shape: tuple[int, ...], num_classes: int, engine: 
             net = ModuleNet(module, "loop", name=spec)
             why = f"torch.func.vmap cannot batch it ({failed})"
     return net, f"model {spec}: engine={net.engine}, {why}"
-
-
-def default_arch(data_name: str) -> str:
-    """The model a data set declares for model=auto (docs/algorithms.md: cnn for cifar10, logreg for
-    synthetic, mlp for the others); mlp for a name no registered data set has (a report of a plugin's runs)."""
-    ds = data_registry.find(data_name)
-    return ds.default_model if ds is not None else "mlp"
-
-
-def model_spec(cfg) -> tuple[str, tuple[int, ...], int]:
-    """(architecture, input shape of one sample, classes) of a run's model, as its data set declares them."""
-    ds = data_registry.get(cfg.data.name)
-    return model_name(cfg), tuple(ds.input_shape(cfg.data)), int(ds.num_classes(cfg.data))
-
-
-def model_name(cfg) -> str:
-    """The run's model as named: ``cfg.model``, or with ``auto`` its data set's default."""
-    return default_arch(cfg.data.name) if cfg.model == "auto" else cfg.model
-
-
-def parameter_count(cfg) -> int:
-    """P, the flat parameter count of the run's model."""
-    arch, shape, classes = model_spec(cfg)
-    return sum(p.numel() for p in build_model(arch, shape, classes).parameters())
 
 
 def initial_weights(arch: str, input_shape, num_classes: int, seed: int):

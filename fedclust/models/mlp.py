@@ -18,7 +18,7 @@ from torch import nn
 from torch.func import vmap
 
 from fedclust.engine.layout import ParamLayout
-from fedclust.engine.train import memory_budget
+from fedclust.engine.memory import memory_budget
 from fedclust.models.base import BuiltinModel
 from fedclust.models.registry import register
 
