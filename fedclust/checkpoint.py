@@ -43,9 +43,9 @@ from fedclust.errors import CheckpointError, ConfigError
 from fedclust.models import definition_sha256, file_sha256, model_fingerprint, model_source
 from fedclust.outputs import RUN_FILES, check_run_dir
 from fedclust.peers import pack_bits, unpack_bits  # noqa: F401  (how checkpoints hold bool masks)
-from fedclust.rank import RankSetup
+from fedclust.rank import Setup
 from fedclust.runmodel import model_name, model_spec
-from fedclust.schema import CORE_KEYS, resumable_keys
+from fedclust.schema import CORE_KEYS, resumable_keys, to_dict
 
 FORMAT = 2            # 2: with CHECKSUM; 1 (read, unverified, with a warning): before checksums
 FORMATS = (1, 2)
@@ -394,9 +394,9 @@ class Checkpointer:
     :data:`CHECKPOINT_SECONDS` or 50x the last checkpoint's cost, whichever
     is longer, so checkpoints take at most ~2% of the run); always after the
     last round and when some rank asked (a stop signal, its clock ran out).
-    ``state.state_dict(setup)`` gathers the state on every rank (rank 0 gets it)."""
+    ``state.state_dict(shard, algo, run)`` gathers the state on every rank (rank 0 gets it)."""
 
-    def __init__(self, setup: RankSetup, run_dir: str | Path):
+    def __init__(self, setup: Setup, run_dir: str | Path):
         self.setup, self.run_dir = setup, run_dir
         self.every = setup.cfg.checkpoint_every
         self.last_time = time.monotonic()
@@ -417,7 +417,9 @@ class Checkpointer:
 
     def write(self, state) -> None:
         started = time.monotonic()
-        payload = self.setup.collective(state.round, state.state_dict, self.setup)
+        setup = self.setup
+        run = {"config": to_dict(setup.cfg), "inputs": setup.inputs}
+        payload = setup.collective(state.round, state.state_dict, setup.shard, setup.algo, run)
         if payload is not None:
             self.last_path = write(self.run_dir, state.round, payload)
         self.last_cost = time.monotonic() - started

@@ -11,12 +11,11 @@ import torch
 
 from fedclust.data import dataset
 from fedclust.data.skew import partition_record
-from fedclust.dist import gather_rows
 from fedclust.engine.train import evaluate
 from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
 from fedclust.models import model_record
 from fedclust.peers import PeerIndex, as_indices, peer_counts
-from fedclust.rank import RankSetup
+from fedclust.rank import Setup
 from fedclust.schema import to_dict
 from fedclust.setting import run_setting
 
@@ -44,7 +43,7 @@ class Traffic:
         self.server_max = max(self.server_max, result.server_received)
 
 
-def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray | None]:
+def evaluate_round(setup: Setup, state, outcome) -> tuple[dict, np.ndarray | None]:
     """The round's metrics record and every client's neighbour lists
     (``[n, m]`` int32 index lists, :func:`fedclust.lists.index_lists`;
     None for methods without lists): one gather of every rank's numbers, then
@@ -66,7 +65,7 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
                          traffic.received.double(), traffic.max_round.double(), *extra.values(), tests.double(),
                          sizes], dim=1)
     # The float64 numbers bit for bit, each client's list length last: every rank learns the longest list.
-    everyone = setup.collective(t, gather_rows, setup.fabric, local.contiguous().view(torch.uint8), setup.n)
+    everyone = setup.shard.gather(t, local.contiguous().view(torch.uint8))
     values = everyone.contiguous().view(torch.float64)
     acc_all, loss_all, prec_all, rec_all, recv_all, maxr_all = (values[:, i].cpu() for i in range(METRICS_PER_CLIENT))
     extra_all = {k: values[:, METRICS_PER_CLIENT + i].cpu() for i, k in enumerate(extra)}
@@ -78,7 +77,7 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
         mine = torch.full((C, longest), -1, dtype=torch.int32, device=lists.device)
         mine[:, :idx.shape[1]] = torch.where(valid, idx, -1).to(torch.int32)
         # the members of every list, padded to the longest (no gather when every list is empty: Local)
-        all_lists = (setup.collective(t, gather_rows, setup.fabric, mine, setup.n).cpu().numpy() if longest
+        all_lists = (setup.shard.gather(t, mine).cpu().numpy() if longest
                      else np.full((setup.n, 0), -1, dtype=np.int32))
     has_lists = all_lists is not None and all_lists.shape[1] > 0   # Local's empty lists define no neighbours
     clients_received = float(recv_all.sum())
@@ -120,7 +119,7 @@ def evaluate_round(setup: RankSetup, state, outcome) -> tuple[dict, np.ndarray |
     return record, all_lists
 
 
-def keep_best_models(setup: RankSetup, state, record: dict) -> None:
+def keep_best_models(setup: Setup, state, record: dict) -> None:
     """With ``data.validation``: each own client's model where this round's validation accuracy (the record's,
     2 decimals) beats its best so far (the first of ties, as :func:`best_validation` picks the round)."""
     val = record.get("client_validation_accuracy")
@@ -165,7 +164,7 @@ def honest_and_worst(acc: torch.Tensor, attackers: torch.Tensor | None, clusters
     return {"honest_accuracy": mean, "worst_cluster_accuracy": worst}
 
 
-def extra_accuracies(setup: RankSetup, state, accuracy: torch.Tensor) -> dict[str, torch.Tensor]:
+def extra_accuracies(setup: Setup, state, accuracy: torch.Tensor) -> dict[str, torch.Tensor]:
     """The algorithm's own test accuracies of this rank's clients
     (:meth:`fedclust.algorithms.base.Algorithm.extra_accuracy`), float64
     ``[C]`` each, in the order of its ``extra_accuracies``."""
@@ -182,7 +181,7 @@ def extra_accuracies(setup: RankSetup, state, accuracy: torch.Tensor) -> dict[st
     return {k: got[k].double() for k in setup.algo.extra_accuracies if k in got}
 
 
-def summarize(setup: RankSetup, history: list[dict], wall: float, process: float | None = None,
+def summarize(setup: Setup, history: list[dict], wall: float, process: float | None = None,
               starts: int = 1) -> dict:
     """summary.json: what was run, the last and best rounds, the traffic, the time: ``wall`` seconds of
     compute over every process that worked on the run (``starts`` of them), ``process`` of them this one'setup."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from fedclust.algorithms.base import RoundView
-from fedclust.dist import ColumnBlocks, gather_parts
-from fedclust.rank import RankSetup
+from fedclust.dist import ColumnBlocks
+from fedclust.rank import Shard
 
 LABEL_LIMIT = 2**24   # RoundPlan.labels travel as float32 in the round's gather: exact below this
 
@@ -26,23 +26,23 @@ def plan_labels(algo, plan) -> torch.Tensor:
     return labels
 
 
-def exchange(setup: RankSetup, t: int, flat, before, train_loss, flags, labels=None):
-    """The round's gather: (view, every client's training loss, every client's flags); ``labels`` [C] go as
-    one more column, to ``view.all_labels``.  Whole models in one collective, or (``setup.columns``) the
-    losses, flags and labels in one and the models in column blocks as the algorithm reads them
-    (:class:`fedclust.dist.ColumnBlocks`)."""
+def exchange(shard: Shard, columns: int, t: int, flat, before, train_loss, flags, labels=None):
+    """The round's gather on this rank's ``shard``: (view, every client's training loss, every client's flags);
+    ``labels`` [C] go as one more column, to ``view.all_labels``.  Whole models in one collective, or (``columns``
+    > 0, config exchange_mb) the losses, flags and labels in one and the models in column blocks of ``columns``
+    as the algorithm reads them (:class:`fedclust.dist.ColumnBlocks`)."""
     small = [train_loss[:, None].to(flat.dtype), flags]
     if labels is not None:
         small.append(labels.to(device=flat.device, dtype=flat.dtype)[:, None])
-    if setup.columns:
-        got = setup.collective(t, gather_parts, setup.fabric, small, setup.n)
+    if columns:
+        got = shard.gather_parts(t, small)
         parts = {"after": flat} if before is None else {"after": flat, "before": before}
-        blocks = ColumnBlocks(setup.fabric, parts, setup.n, setup.columns,
-                              collective=lambda fn, *a: setup.collective(t, fn, *a))
+        blocks = ColumnBlocks(shard.fabric, parts, shard.n, columns,
+                              collective=lambda fn, *a: shard.collective(t, fn, *a))
         view = RoundView(round=t, before=before, after=flat, columns=blocks)
     else:
         whole = [flat, *small] + ([] if before is None else [before])
-        got = setup.collective(t, gather_parts, setup.fabric, whole, setup.n)
+        got = shard.gather_parts(t, whole)
         view = RoundView(round=t, before=before, after=flat, all_after=got[0],
                          all_before=got[-1] if before is not None else None)
         got = got[1:1 + len(small)]

@@ -311,6 +311,44 @@ class Network:
 # Restricting draws and choices to a round's graph
 
 
+@dataclass(frozen=True)
+class Conditions:
+    """One round's conditions as the network and the attack decide them, the same on every rank, applied by
+    the round step (:func:`fedclust.round.round_step`): who is online, who straggles and how much of its work
+    it does, who attacks and how."""
+
+    online: torch.Tensor | None        # [n] bool (CPU); None: everyone
+    stragglers: torch.Tensor | None    # [n] bool (CPU); None: none
+    straggler_work: float              # the share of its steps a straggler completes
+    attackers: torch.Tensor | None     # [n] bool (CPU), the run's attackers; None: none
+    attack: Any                        # the attack section (kind, scale)
+
+    @property
+    def nobody_online(self) -> bool:
+        return self.online is not None and not bool(self.online.any())
+
+    def trains(self, planned: torch.Tensor | None) -> torch.Tensor | None:
+        """[n] bool: the clients that train, those the plan asks for (None: all) that are online."""
+        if self.online is None:
+            return planned
+        return self.online if planned is None else planned & self.online.to(planned.device)
+
+    def poisoning(self, trains: torch.Tensor | None, ids: torch.Tensor, device) -> torch.Tensor | None:
+        """Local rows (of ``ids``, this rank's clients) of the attackers that train this round and send poison
+        instead (label_flip's poison is in its labels: none); None: none."""
+        if self.attackers is None or self.attack.kind == "label_flip":
+            return None
+        mine = self.attackers[ids] & (True if trains is None else trains.cpu()[ids])
+        rows = mine.nonzero().flatten()
+        return rows.to(device) if len(rows) else None
+
+
+def round_conditions(network: "Network", attackers: torch.Tensor | None, attack: Any, round_: int) -> Conditions:
+    """Round ``round_``'s :class:`Conditions` of a run's ``network`` and its ``attackers`` (config ``attack``)."""
+    return Conditions(online=network.online(round_), stragglers=network.stragglers(round_),
+                      straggler_work=float(network.net.straggler_work), attackers=attackers, attack=attack)
+
+
 def both(allowed, reach: Reach | None):
     """``allowed`` (None, a bool ``[C, n]`` mask or a function of a chunk of
     rows) and the round's ``reach`` at once, in the form

@@ -16,7 +16,7 @@ from fedclust.evaluation import summary_text
 from fedclust.figures import write_run_figures
 from fedclust.outputs import RunWriter, write_atomic
 from fedclust.progress import make_progress
-from fedclust.rank import RankSetup
+from fedclust.rank import Setup
 from fedclust.schema import Config
 from fedclust.state import LoopState
 from fedclust.tracking import Tracker
@@ -27,7 +27,7 @@ class RankZeroOutput:
     progress, and at the end neighbors.npz, summary.json, the figures and
     the last line."""
 
-    def __init__(self, setup: RankSetup, state: LoopState, run_dir: str, resumed: Path | None):
+    def __init__(self, setup: Setup, state: LoopState, run_dir: str, resumed: Path | None):
         """``resumed``: the checkpoint the run continues from (None: a fresh start)."""
         cfg = setup.cfg
         self.setup, self.state, self.run_dir = setup, state, run_dir

@@ -1,5 +1,5 @@
-"""The round loop (docs/algorithms.md) on Lightning Fabric: the run's
-set-up, one round, and the loop.
+"""The run (docs/algorithms.md) on Lightning Fabric: the checks before
+anything starts, this rank's set-up, and the round loop.
 
 Each rank holds a contiguous shard of clients: their flat weights stacked in
 one [C, P] buffer and their data on the device.  A round is: vectorized local
@@ -7,49 +7,44 @@ training of the shard, one all-gather of the flat weights, the algorithm's
 neighbour choice for the shard's clients, and the gossip average as one
 mixing-matrix product.  Every random draw is keyed on (seed, round, client).
 
-:func:`round_step` does no I/O.  What a round carries to the next is
-:class:`fedclust.state.LoopState`; when and where it is saved,
-:class:`fedclust.checkpoint.Checkpointer`; rank 0's files, W&B and progress,
-:class:`fedclust.rank0.RankZeroOutput`.  The bench tools use :func:`build`,
-:meth:`LoopState.fresh`, :func:`round_step` and :func:`finish`.
+One round is :func:`fedclust.round.round_step` (no I/O).  What a round
+carries to the next is :class:`fedclust.state.LoopState`; when and where it
+is saved, :class:`fedclust.checkpoint.Checkpointer`; rank 0's files, W&B and
+progress, :class:`fedclust.rank0.RankZeroOutput`.  The bench tools use
+:func:`build`, :func:`fresh_state`, :func:`round_step` and :func:`finish`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
-from fedclust import checkpoint, rng
+from fedclust import checkpoint
 from fedclust.algorithms import registry
-from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundResult
-from fedclust.algorithms.peer_counts import add_mask
-from fedclust.attack import attackers, flip_labels, poison_
+from fedclust.algorithms.base import Context
+from fedclust.attack import attackers, flip_labels
 from fedclust.config import personal_columns, run_facts, validation_split
-from fedclust.data import FederatedData, load_federated
+from fedclust.data import load_federated
 from fedclust.data.validation import carve_validation
-from fedclust.dist import Collectives, exchange_columns, finish, gather_parts, launch_rank, make_fabric, shard_bounds
-from fedclust.engine.functional import Arch
-from fedclust.engine.layout import ParamLayout
+from fedclust.dist import Collectives, exchange_columns, finish, launch_rank, make_fabric, shard_bounds
 from fedclust.engine.pool import pool_losses
 from fedclust.engine.precision import apply_precision
-from fedclust.engine.train import TrainSettings, pair_losses, sample_losses, train_round
-from fedclust.errors import DivergenceError
+from fedclust.engine.train import TrainSettings, pair_losses, sample_losses
 from fedclust.evaluation import evaluate_round, keep_best_models, summarize
-from fedclust.exchange import exchange, plan_labels
 from fedclust.identity import run_identity
 from fedclust.network import Network
 from fedclust.outputs import RunLock, check_writable, default_out
+from fedclust.rank import Setup, Shard
 from fedclust.rank0 import RankZeroOutput
+from fedclust.round import RoundOutcome, round_step, training_subset  # noqa: F401  (the bench tools', the tests')
 from fedclust.runmodel import run_model
 from fedclust.schema import Config, to_dict
-from fedclust.state import LoopState, stage1_arrays
+from fedclust.state import LoopState
 from fedclust.stopping import (
     EXIT_REQUEUE,
     REQUEST,
@@ -62,8 +57,8 @@ from fedclust.stopping import (
 )
 from fedclust.tracking import check_credentials
 
-__all__ = ["Prepared", "prepare", "Setup", "build", "LoopState", "RoundOutcome", "round_step", "run", "finish",
-           "add_round_end_hook"]
+__all__ = ["Prepared", "prepare", "Setup", "build", "LoopState", "fresh_state", "RoundOutcome", "round_step", "run",
+           "finish", "add_round_end_hook"]
 
 
 class Prepared(NamedTuple):
@@ -82,37 +77,6 @@ def prepare(cfg: Config) -> Prepared:
     check_writable(run_dir)
     check_credentials(cfg)
     return Prepared(run_dir, checkpoint.choose(cfg, run_dir, to_dict(cfg)))
-
-
-@dataclass
-class Setup:
-    """What one rank holds fixed for the whole run, built once and read by
-    every round (:class:`fedclust.rank.RankSetup`)."""
-
-    cfg: Config
-    fabric: Any                  # lightning_fabric.Fabric, or fedclust.dist.OneProcess
-    rank: int
-    world: int
-    device: torch.device
-    n: int
-    client_ids: torch.Tensor     # [C] global ids of this rank's clients
-    data: FederatedData
-    arch: Arch                   # what the engine trains: a built-in's name or a module's functional forward
-    spec: str                    # the model as the config names it (mlp, FILE.py:NAME, ...)
-    inputs: dict                 # the files it read besides the config, hashed once (checkpoint.input_files)
-    layout: ParamLayout
-    ctx: Context
-    algo: Algorithm
-    settings: TrainSettings      # the lr of round 1; round t's is derived from it
-    stage1_end: int
-    comm: Collectives            # every collective of the run goes through it
-    network: Network             # each round's graph, who is online, who straggles (config network)
-    attackers: torch.Tensor | None = None   # [n] bool, the run's attackers (config attack); None: none
-    columns: int = 0             # the exchange's column block (config exchange_mb); 0: whole models at once
-
-    def collective(self, t: int, fn, *args):
-        """``fn(*args)``, a collective of round ``t`` (:meth:`fedclust.dist.Collectives.run`)."""
-        return self.comm.run(t, fn, *args)
 
 
 def build(cfg: Config, fabric) -> Setup:
@@ -166,100 +130,10 @@ def build(cfg: Config, fabric) -> Setup:
     columns = 0
     if cfg.exchange_mb > 0:   # one process too: the same blocks, so 1 and W processes compute alike
         columns = exchange_columns(cfg.exchange_mb, n, world, 2 if algo.gathers_before else 1)
-    return Setup(cfg=cfg, fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids,
-                 data=data, arch=arch, spec=spec, inputs=checkpoint.input_files(cfg), layout=layout, ctx=ctx,
-                 algo=algo, settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds), comm=comm,
+    shard = Shard(fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids, comm=comm)
+    return Setup(cfg=cfg, shard=shard, data=data, arch=arch, spec=spec, inputs=checkpoint.input_files(cfg),
+                 layout=layout, ctx=ctx, algo=algo, settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds),
                  network=network, attackers=bad, columns=columns)
-
-
-# ----------------------------------------------------------------------------
-# One round, no I/O
-
-# Bits of the flags column every client sends in the round's gather.
-STOP_BIT = 2   # this rank was asked to stop (SIGUSR1/SIGTERM)
-DUE_BIT = 1    # this rank's checkpoint clock ran out
-
-
-@dataclass
-class RoundOutcome:
-    result: RoundResult
-    all_loss: torch.Tensor       # [n] training loss of every client this round (NaN: it did not train)
-    trained: torch.Tensor | None  # [n] bool, the clients that trained this round; None: all
-    seconds: float
-    stop: bool                   # some rank was asked to stop
-    checkpoint_due: bool         # some rank's checkpoint clock ran out
-    skipped: bool = False        # no client was online: nothing trained or exchanged (network.p_offline)
-
-
-def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
-               due_flag: bool = False) -> RoundOutcome:
-    """Round t: plan -> local training -> the round's one gather (weights,
-    training losses, the flags, and the models before training if the
-    algorithm uses them) -> aggregate.  Updates ``state`` in place."""
-    cfg, algo, ctx, data = setup.cfg, setup.algo, setup.ctx, setup.data
-    t0 = time.time()
-    setup.comm.round = t
-    online = ctx.online(t)   # None: everyone online
-    if online is not None and not bool(online.any()):
-        return _empty_round(setup, state, t, t0, stop_flag, due_flag)
-    settings = dataclasses.replace(setup.settings, lr=cfg.train.round_lr(t))
-    algo_state, plan = algo.plan(state.algo_state, ctx, t, state.flat)
-    # trained in place: the held models, or one contiguous copy of the plan's start (a server's model for each
-    # client); neither is read again this round: the held models go before the copy, the start after it (the
-    # attributes are deleted, not set to None: the round's result sets state.flat again)
-    flat = state.flat
-    if plan.start is not flat:
-        del state.flat, flat   # no name holds the held models while the start is copied
-        flat = plan.start.clone(memory_format=torch.contiguous_format)
-        del plan.start
-    before = flat.clone() if algo.gathers_before else None
-    counts = data.train_counts   # None: every client holds the full width
-    subset = None
-    if plan.samples is not None:   # each client's examples of the round first; it trains on those alone
-        subset = training_subset(plan.samples, counts)
-        counts = subset[2].clamp_min(1)   # a client with none must not train (checked below)
-    if plan.phases is not None:   # training in phases (DePRL's head, then body): their epochs in all
-        settings = dataclasses.replace(settings, epochs=sum(e for e, _ in plan.phases))
-    # drawn where they are used (the hash and a stable sort give the same orders on any device)
-    orders = rng.batch_orders(cfg.seed, t, ctx.client_ids, settings.epochs, data.train_x.shape[1], counts)
-    trains = plan.trains   # None: everyone; else only the round's participants train (the others' loss is NaN)
-    if online is not None:   # an offline client does not train
-        trains = online if trains is None else trains & online
-    if subset is not None:
-        mine = torch.ones(len(ctx.client_ids), dtype=torch.bool) if trains is None else trains.cpu()[ctx.own_rows]
-        if bool((mine & (subset[2].cpu() == 0)).any()):
-            raise ValueError(f"{algo.name}: round {t}'s plan gives a client that trains no training example "
-                             "(RoundPlan.samples); give it at least one, or leave it out of RoundPlan.trains")
-    sending = _attacking(setup, trains)   # this rank's attackers training this round: [rows], or None
-    start = flat[sending].clone() if sending is not None else None
-    train_loss = _train(setup, flat, orders, settings, plan, trains, setup.network.stragglers(t), subset)
-    kept = None   # what this rank's model-poisoning attackers trained: they keep it, and send poison instead
-    if sending is not None and start is not None:
-        kept = flat[sending].clone()
-        poison_(flat, start, sending, ctx.client_ids[sending.to(ctx.client_ids.device)], cfg.attack, cfg.seed, t)
-    flags = torch.full((flat.shape[0], 1), STOP_BIT * stop_flag | DUE_BIT * due_flag, dtype=flat.dtype,
-                       device=flat.device)
-    labels = plan_labels(algo, plan) if algo.gathers_labels else None
-    view, all_loss, all_flags = exchange(setup, t, flat, before, train_loss, flags, labels)
-    del before   # the view holds what the algorithm needs; it drops the models from before when done with them
-    trained = None if trains is None else trains.to(all_loss.device)
-    diverged = ~torch.isfinite(all_loss) if trained is None else ~torch.isfinite(all_loss) & trained
-    bad = diverged.nonzero().flatten().tolist()
-    if bad:
-        raise DivergenceError(t, bad)
-    algo_state, result = algo.aggregate(algo_state, ctx, view)
-    if kept is not None:   # an attacker takes in nothing: what it holds stays an honest local model (a copy, as
-        # the result's models may be the algorithm's state)
-        result = dataclasses.replace(result, models=result.models.index_put((sending,), kept))
-    state.flat, state.algo_state, state.round = result.models, algo_state, t
-    state.traffic.add(result)
-    if result.averaged is not None and t <= setup.stage1_end:
-        state.stage1_peers, state.stage1_counts = add_mask(state.stage1_peers, state.stage1_counts, result.averaged)
-    if t == setup.stage1_end:
-        state.saved.update(stage1_arrays(setup, state))
-    raised = int(all_flags.max()) if all_flags.numel() else 0
-    return RoundOutcome(result=result, all_loss=all_loss, trained=trained, seconds=time.time() - t0,
-                        stop=bool(raised & STOP_BIT), checkpoint_due=bool(raised & DUE_BIT))
 
 
 # ----------------------------------------------------------------------------
@@ -268,6 +142,11 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
 # Called on every rank after each round's metrics and checkpoint: (setup, state, run directory). Plug-ins add
 # theirs with add_round_end_hook (e.g. a test that stops the job at a known round).
 _ROUND_END_HOOKS: list[Callable[[Setup, LoopState, str], None]] = []
+
+
+def fresh_state(setup: Setup) -> LoopState:
+    """The state before round 1 of a run on this rank (the bench tools start from it too)."""
+    return LoopState.fresh(setup.shard, setup.ctx, setup.algo, setup.data.clusters)
 
 
 def add_round_end_hook(hook: Callable[[Setup, LoopState, str], None]) -> None:
@@ -295,72 +174,6 @@ def run(cfg: Config, prepared: Prepared | None = None) -> dict:
         stop.restore()
 
 
-def _attacking(setup: Setup, trains: torch.Tensor | None) -> torch.Tensor | None:
-    """Local rows of this rank's attackers that train this round (they send poison), or None: none."""
-    if setup.attackers is None or setup.cfg.attack.kind == "label_flip":   # label_flip's poison is in its labels
-        return None
-    ids = setup.client_ids
-    mine = setup.attackers[ids] & (True if trains is None else trains.cpu()[ids])
-    rows = mine.nonzero().flatten()
-    return rows.to(setup.device) if len(rows) else None
-
-
-def training_subset(samples: torch.Tensor, counts: torch.Tensor | None):
-    """``(order [C, N], rows [C, 1], counts [C])`` of a round's ``samples`` (bool ``[C, N]``, each client's examples
-    to train on, kept to its ``counts`` where given): each client's chosen examples first, in index order, then the
-    rest; ``x[rows, order]`` is its data as a client of ``counts[c]`` examples."""
-    C, N = samples.shape
-    keep = samples.to(torch.bool)
-    if counts is not None:
-        keep = keep & (torch.arange(N, device=keep.device)[None, :] < counts.to(keep.device)[:, None])
-    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)
-    return order, torch.arange(C, device=order.device)[:, None], keep.sum(1)
-
-
-def _train(setup: Setup, flat: torch.Tensor, orders: torch.Tensor, settings: TrainSettings, plan: RoundPlan,
-           trains: torch.Tensor | None, slow: torch.Tensor | None, subset=None) -> torch.Tensor:
-    """The round's local training of this rank's clients, in place on ``flat``: ``trains`` (bool [n], None:
-    all) train, the stragglers among them (``slow``, bool [n]) for ``network.straggler_work`` of their steps.
-    Returns each client's mean training loss (NaN: it did not train)."""
-    data, ids = setup.data, setup.ctx.client_ids.cpu()
-    x, y, counts = data.train_x, data.train_y, data.train_counts
-    if subset is not None:   # the round's examples of each client first (a copy of the data, [C, N, ...])
-        order, rows, counts = subset
-        x, y = x[rows.to(x.device), order.to(x.device)], y.to(order.device)[rows, order]
-        counts = counts.clamp_min(1)   # a client with none does not train; its count only pads
-
-    def run(step_settings: TrainSettings, mask: torch.Tensor | None) -> torch.Tensor:
-        return train_round(flat, setup.layout, setup.arch, x, y, orders, step_settings,
-                           anchor=plan.anchor, mu=plan.mu, counts=counts, prox_layers=plan.prox_layers,
-                           train=None if mask is None else mask.cpu()[ids], phases=plan.phases)
-
-    if slow is None:
-        return run(settings, trains)
-    train_all = torch.ones_like(slow) if trains is None else trains.cpu()
-    steps = settings.epochs * math.ceil(data.train_x.shape[1] / settings.batch_size)
-    few = dataclasses.replace(settings, max_steps=max(1, math.ceil(setup.cfg.network.straggler_work * steps)))
-    full, short = run(settings, train_all & ~slow), run(few, train_all & slow)   # a client's bits: its own alone
-    return torch.where(slow.to(full.device)[ids.to(full.device)], short, full)
-
-
-def _empty_round(setup: Setup, state: LoopState, t: int, t0: float, stop_flag: bool, due_flag: bool) -> RoundOutcome:
-    """Round t with no client online: nothing trains or is exchanged, every model and the algorithm's state stay
-    as they were; only the flags travel (every rank knows the round is empty: who is online is replicated)."""
-    C = len(setup.client_ids)
-    device = setup.ctx.device
-    loss = torch.full((C, 1), float("nan"), device=device)
-    flags = torch.full((C, 1), float(STOP_BIT * stop_flag | DUE_BIT * due_flag), device=device)
-    all_loss, all_flags = (g[:, 0] for g in setup.collective(t, gather_parts, setup.fabric, [loss, flags], setup.n))
-    state.round = t
-    if t == setup.stage1_end:
-        state.saved.update(stage1_arrays(setup, state))
-    raised = int(all_flags.max()) if all_flags.numel() else 0
-    return RoundOutcome(result=RoundResult(models=state.flat), all_loss=all_loss,
-                        trained=torch.zeros(setup.n, dtype=torch.bool, device=all_loss.device),
-                        seconds=time.time() - t0, stop=bool(raised & STOP_BIT), checkpoint_due=bool(raised & DUE_BIT),
-                        skipped=True)
-
-
 def _loop(cfg: Config, prepared: Prepared, stop: StopRequest) -> dict:
     run_dir = prepared.run_dir
     # rank 0 marks the directory as a run's (its first write there), then locks it: one run writes it at a time
@@ -369,8 +182,8 @@ def _loop(cfg: Config, prepared: Prepared, stop: StopRequest) -> dict:
                              identity=run_identity(cfg, run_dir))                # only this run's ranks join
         setup = build(cfg, fabric)                                 # this rank's clients, their data, the algorithm
         resumed = prepared.resume_from[0] if prepared.resume_from is not None else None
-        state = (LoopState.from_state_dict(setup, prepared.resume_from[1]) if prepared.resume_from is not None
-                 else LoopState.fresh(setup))
+        state = (LoopState.from_state_dict(setup.shard, setup.ctx, setup.algo, prepared.resume_from[1])
+                 if prepared.resume_from is not None else fresh_state(setup))
         state.started = stop.started
         del prepared                                               # the checkpoint's pages: not held for the run
         stop.running()                                             # from here a signal stops at a round boundary

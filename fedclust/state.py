@@ -18,12 +18,12 @@ import numpy as np
 import torch
 
 from fedclust import upgrade
+from fedclust.algorithms.base import Algorithm, Context
 from fedclust.algorithms.peer_counts import empty_counts
 from fedclust.dist import gather_rows
 from fedclust.evaluation import Traffic
 from fedclust.peers import pack_bits, unpack_bits
-from fedclust.rank import RankSetup
-from fedclust.schema import to_dict
+from fedclust.rank import Shard
 from fedclust.sizes import CHECKPOINT_BLOCK_BYTES
 
 
@@ -58,29 +58,32 @@ class LoopState:
         return self.seconds_before + (time.time() - self.started)
 
     @classmethod
-    def fresh(cls, setup: RankSetup) -> "LoopState":
-        C = len(setup.client_ids)
-        peers, counts = empty_counts(C, 0, setup.device)
-        return cls(round=0, flat=setup.ctx.w0.expand(C, -1).clone(), algo_state=setup.algo.init(setup.ctx),
-                   traffic=Traffic(C, setup.device), stage1_peers=peers, stage1_counts=counts,
-                   saved={} if setup.data.clusters is None else {"clusters": setup.data.clusters.cpu().numpy()})
+    def fresh(cls, shard: Shard, ctx: Context, algo: Algorithm, clusters: torch.Tensor | None) -> "LoopState":
+        """Round 0: every client at ``ctx.w0``, the algorithm's initial state; ``clusters`` [n] the true ones
+        (None: unknown), kept for neighbors.npz."""
+        C = len(shard.client_ids)
+        peers, counts = empty_counts(C, 0, shard.device)
+        return cls(round=0, flat=ctx.w0.expand(C, -1).clone(), algo_state=algo.init(ctx),
+                   traffic=Traffic(C, shard.device), stage1_peers=peers, stage1_counts=counts,
+                   saved={} if clusters is None else {"clusters": clusters.cpu().numpy()})
 
-    def state_dict(self, setup: RankSetup) -> dict | None:
+    def state_dict(self, shard: Shard, algo: Algorithm, run: dict) -> dict | None:
         """Everything a resume needs, rows in global client order (gathered on
-        every rank; returned on rank 0, None elsewhere)."""
-        sd = setup.algo.state_dict(self.algo_state)
-        rows = {k: _gather(setup, v) for k, v in sd["clients"].items()}
-        weights = _gather(setup, self.flat)
-        traffic = {"received": _gather(setup, self.traffic.received),
-                   "max_round": _gather(setup, self.traffic.max_round),
+        every rank; returned on rank 0, None elsewhere); ``run``: what the
+        checkpoint records of the run itself (its config, input files)."""
+        sd = algo.state_dict(self.algo_state)
+        rows = {k: _gather(shard, v) for k, v in sd["clients"].items()}
+        weights = _gather(shard, self.flat)
+        traffic = {"received": _gather(shard, self.traffic.received),
+                   "max_round": _gather(shard, self.traffic.max_round),
                    "server_received": self.traffic.server_received, "server_sent": self.traffic.server_sent,
                    "server_max": self.traffic.server_max}
-        peers, counts = _gather_lists(setup, self.round, self.stage1_peers, self.stage1_counts)
-        best_models = None if self.best_models is None else _gather(setup, self.best_models)
-        best_validation = None if self.best_validation is None else _gather(setup, self.best_validation)
-        if setup.rank != 0:
+        peers, counts = _gather_lists(shard, self.round, self.stage1_peers, self.stage1_counts)
+        best_models = None if self.best_models is None else _gather(shard, self.best_models)
+        best_validation = None if self.best_validation is None else _gather(shard, self.best_validation)
+        if shard.rank != 0:
             return None
-        return {"config": to_dict(setup.cfg), "inputs": setup.inputs, "world_size": setup.world,
+        return {**run, "world_size": shard.world,
                 "weights": weights,
                 "algorithm": {"clients": rows, "server": _cpu(sd["server"])}, "traffic": traffic,
                 "stage1_peers": peers, "stage1_counts": counts, "saved": _cpu(self.saved), "history": self.history,
@@ -90,21 +93,22 @@ class LoopState:
                 "run_seconds": self.run_seconds(), "starts": self.starts}
 
     @classmethod
-    def from_state_dict(cls, setup: RankSetup, payload: dict) -> "LoopState":
+    def from_state_dict(cls, shard: Shard, ctx: Context, algo: Algorithm, payload: dict) -> "LoopState":
         """This rank's state from a checkpoint written on any number of ranks, by any fedclust version
         (:func:`fedclust.upgrade.checkpoint`)."""
-        payload = upgrade.checkpoint(payload, setup.algo)
-        ids = setup.client_ids
+        payload = upgrade.checkpoint(payload, algo)
+        device = shard.device
+        ids = shard.client_ids
         lo, hi = (int(ids[0]), int(ids[-1]) + 1) if len(ids) else (0, 0)
 
         def mine(full):
             if isinstance(full, dict):   # a bool [n, w] mask, packed eight columns a byte
-                return unpack_bits(full["bits"][lo:hi], int(full["width"])).to(setup.device)
-            return None if full is None else full[lo:hi].to(setup.device, copy=True)   # not a view of the mapped file
+                return unpack_bits(full["bits"][lo:hi], int(full["width"])).to(device)
+            return None if full is None else full[lo:hi].to(device, copy=True)   # not a view of the mapped file
 
         algo_saved = {"clients": {k: mine(v) for k, v in payload["algorithm"]["clients"].items()},
-                      "server": _to(payload["algorithm"]["server"], setup.device)}
-        traffic = Traffic(len(ids), setup.device)
+                      "server": _to(payload["algorithm"]["server"], device)}
+        traffic = Traffic(len(ids), device)
         tr = payload["traffic"]
         traffic.received, traffic.max_round = mine(tr["received"]), mine(tr["max_round"])
         traffic.server_received, traffic.server_sent, traffic.server_max = (
@@ -113,53 +117,53 @@ class LoopState:
         lists = payload["final_lists"]
         peers, counts = mine(payload["stage1_peers"]), mine(payload["stage1_counts"])
         return cls(round=int(payload["round"]), flat=mine(payload["weights"]).contiguous(),
-                   algo_state=setup.algo.load_state_dict(setup.ctx, algo_saved), traffic=traffic,
+                   algo_state=algo.load_state_dict(ctx, algo_saved), traffic=traffic,
                    stage1_peers=peers, stage1_counts=counts, saved=saved, history=list(payload["history"]),
                    final_lists=None if lists is None else lists.clone().numpy(),
-                   final_assignment=_to(payload["final_assignment"], setup.device), run_id=payload.get("run_id"),
+                   final_assignment=_to(payload["final_assignment"], device), run_id=payload.get("run_id"),
                    best_models=mine(payload.get("best_models")), best_validation=mine(payload.get("best_validation")),
                    seconds_before=float(payload["run_seconds"]), starts=int(payload["starts"]) + 1)
 
 
-def _gather(setup: RankSetup, rows):
+def _gather(shard: Shard, rows):
     """[C, ...] rows of every rank as [n, ...] on rank 0's CPU (None elsewhere; bool travels as uint8).  Wide
     rows go in column blocks of at most :data:`CHECKPOINT_BLOCK_BYTES` gathered, each moved to rank 0's host
     as it arrives: no rank holds all n rows on its device, and only rank 0 keeps them."""
     if rows is None:
         return None
     if rows.dtype == torch.bool and rows.dim() == 2:   # masks travel and are saved eight columns a byte
-        packed = _gather(setup, pack_bits(rows))
+        packed = _gather(shard, pack_bits(rows))
         return None if packed is None else {"bits": packed, "width": rows.shape[1]}
     x = (rows.to(torch.uint8) if rows.dtype == torch.bool else rows).contiguous()
-    if setup.world == 1:   # nothing to gather (and on a CPU no copy)
+    if shard.world == 1:   # nothing to gather (and on a CPU no copy)
         full = x.cpu()
         return full.bool() if rows.dtype == torch.bool else full
     flat = x.reshape(x.shape[0], -1)
-    per_column = max(1, setup.n * flat.element_size())
+    per_column = max(1, shard.n * flat.element_size())
     step = max(1, CHECKPOINT_BLOCK_BYTES // per_column)
-    out = torch.empty((setup.n, flat.shape[1]), dtype=flat.dtype) if setup.rank == 0 else None
+    out = torch.empty((shard.n, flat.shape[1]), dtype=flat.dtype) if shard.rank == 0 else None
     for lo in range(0, flat.shape[1], step):   # column blocks, not clients
-        got = gather_rows(setup.fabric, flat[:, lo:lo + step].contiguous(), setup.n)
+        got = gather_rows(shard.fabric, flat[:, lo:lo + step].contiguous(), shard.n)
         if out is not None:
             out[:, lo:lo + step] = got.cpu()
     if out is None:
         return None
-    out = out.reshape((setup.n,) + tuple(x.shape[1:]))
+    out = out.reshape((shard.n,) + tuple(x.shape[1:]))
     return out.bool() if rows.dtype == torch.bool else out
 
 
-def _gather_lists(setup: RankSetup, t: int, peers: torch.Tensor, counts: torch.Tensor):
+def _gather_lists(shard: Shard, t: int, peers: torch.Tensor, counts: torch.Tensor):
     """Every rank's count lists (``[C, w]``, w differing between ranks) as
     ``[n, W]`` on rank 0's CPU, padded to the widest (None elsewhere)."""
     width = peers.shape[1]
-    if setup.world > 1:   # every rank learns the widest list, then pads to it
-        widths = setup.collective(t, gather_rows, setup.fabric, torch.full((len(setup.client_ids), 1), width,
-                                                                    dtype=torch.int64, device=setup.device), setup.n)
+    if shard.world > 1:   # every rank learns the widest list, then pads to it
+        widths = shard.gather(t, torch.full((len(shard.client_ids), 1), width, dtype=torch.int64,
+                                            device=shard.device))
         width = int(widths.max())
     pad = width - peers.shape[1]
     peers = torch.cat([peers, peers.new_full((peers.shape[0], pad), -1)], dim=1)
     counts = torch.cat([counts, counts.new_zeros((counts.shape[0], pad))], dim=1)
-    return _gather(setup, peers), _gather(setup, counts)
+    return _gather(shard, peers), _gather(shard, counts)
 
 
 def _map_tensors(value, fn):
@@ -186,14 +190,14 @@ def _to(value, device):
 
 
 
-def stage1_arrays(setup: RankSetup, state: LoopState) -> dict:
+def stage1_arrays(shard: Shard, algo: Algorithm, state: LoopState) -> dict:
     """Who averaged with whom over stage one, and client 0's last
     similarities (client 0 is on rank 0), for the figures (rank 0; {} elsewhere)."""
-    peers, counts = _gather_lists(setup, state.round, state.stage1_peers, state.stage1_counts)
-    if setup.rank != 0:
+    peers, counts = _gather_lists(shard, state.round, state.stage1_peers, state.stage1_counts)
+    if shard.rank != 0:
         return {}
     arrays = {"stage1_peers": peers.numpy().astype(np.int32), "stage1_counts": counts.numpy()}
-    sim = getattr(state.algo_state, "similarity_client0", None) if setup.algo.stage_one_figures else None
+    sim = getattr(state.algo_state, "similarity_client0", None) if algo.stage_one_figures else None
     if sim is not None:
         arrays["similarity_client0"] = sim.float().cpu().numpy()
     return arrays

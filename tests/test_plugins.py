@@ -155,6 +155,7 @@ LAYERS = [
      "fedclust.tracking", "fedclust.evaluation", "fedclust.stopping", "fedclust.rank", "fedclust.state",
      "fedclust.upgrade", "fedclust.rank0", "fedclust.exchange", "fedclust.export", "fedclust.trust",
      "fedclust.setting"},
+    {"fedclust.round"},
     {"fedclust.runner"},
     {"fedclust.bench"},                       # the measurement tools: beside the CLI, above the product
     {"fedclust.cli", "fedclust.__main__"},

@@ -53,7 +53,7 @@ def checkpoint_cost(config: str, clients: int, rounds: int, overrides: list[str]
         cfg = load_config(config or None, [f"clients={clients}", f"rounds={rounds + 1}", "figures=false",
                                            "progress=false", f"out={out}", *overrides])
         setup = runner.build(cfg, make_fabric(cfg.device, cfg.collective_timeout))
-        state = runner.LoopState.fresh(setup)
+        state = runner.fresh_state(setup)
         seconds = []
         for t in range(1, rounds + 1):
             seconds.append(runner.round_step(setup, state, t).seconds)

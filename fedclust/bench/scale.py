@@ -192,7 +192,7 @@ def measure(fabric, cfg, rounds: int) -> dict:
     base = current_rss()
     reset_done = reset_peak()
     setup = runner.build(cfg, fabric)
-    state = runner.LoopState.fresh(setup)
+    state = runner.fresh_state(setup)
     seconds, gather_s, gather_b, calls = [], [], [], []
     try:
         for t in range(1, rounds + 1):
