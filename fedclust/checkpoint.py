@@ -332,7 +332,7 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
         raise ConfigError("out", str(out), "is a file; choose a directory path for the run")
     check_run_dir(p, cfg.overwrite)
     taken = [f for f in RUN_FILES if (p / f).exists()] + ([DIRNAME] if candidates(out) else [])
-    replace = "set overwrite=true to replace it"
+    replace = REPLACE
     if cfg.resume == "never":
         if taken and not cfg.overwrite:
             raise ConfigError("out", str(out), f"already holds a run ({', '.join(taken)}) and resume=never; choose "
@@ -355,13 +355,23 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
             raise ConfigError("out", str(out), f"holds {why} ({', '.join(taken)}); nothing is replaced unless "
                               f"asked: choose another out=DIR, move the old run away, or {replace}")
         return None
-    path, payload = found
+    return _continuable(cfg, p, config_dict, sections, *found)
+
+
+REPLACE = "set overwrite=true to replace it"
+
+
+def _continuable(cfg, p: Path, config_dict: dict, sections: tuple[str, ...], path: Path,
+                 payload: dict) -> tuple[Path, dict] | None:
+    """``(path, payload)`` when this config may continue the run from that checkpoint; None when
+    ``overwrite=true`` replaces it; else ConfigError naming the run length, the differing keys or the changed
+    input file."""
     done = int(payload["round"])
     if cfg.rounds < done:   # a run's record never says fewer rounds than it holds
         if cfg.overwrite:
             return None
         what = "finished" if (p / "summary.json").exists() else "has run"
-        raise ConfigError("rounds", cfg.rounds, f"the run in {out} {what} {done} rounds (checkpoint {path.name}); a "
+        raise ConfigError("rounds", cfg.rounds, f"the run in {p} {what} {done} rounds (checkpoint {path.name}); a "
                           f"run is never cut back: give rounds={done} or more to continue it, another out=DIR for "
                           "a shorter run, or overwrite=true to replace it")
     diff = config_differences(payload["config"], config_dict, sections)
@@ -371,14 +381,14 @@ def choose(cfg, out: str | Path, config_dict: dict) -> tuple[Path, dict] | None:
         raise ConfigError(diff[0], new.get(diff[0]),
                           f"the checkpoint {path} was written with another config; differing keys: {shown}. Only "
                           "run length (rounds) and output keys may change on resume; use the old values, "
-                          f"another out=DIR, or {replace}")
+                          f"another out=DIR, or {REPLACE}")
     changed = None if diff else changed_inputs(payload.get("inputs", {}), input_files(cfg))
     if changed and not cfg.overwrite:
         key = changed.split(":")[0]
         kind = {"model": "model", "data.path": "data", "network.path": "graph", "network.availability": "trace"}
         raise ConfigError(key, functools.reduce(getattr, key.split("."), cfg),
                           f"{changed}; resuming would continue the run with another {kind.get(key, 'file')}. "
-                          f"Restore the file, start in another out=DIR, or {replace}")
+                          f"Restore the file, start in another out=DIR, or {REPLACE}")
     return None if diff or changed else (path, payload)
 
 

@@ -70,15 +70,7 @@ def evaluate_round(setup: Setup, state, outcome) -> tuple[dict, np.ndarray | Non
     acc_all, loss_all, prec_all, rec_all, recv_all, maxr_all = (values[:, i].cpu() for i in range(METRICS_PER_CLIENT))
     extra_all = {k: values[:, METRICS_PER_CLIENT + i].cpu() for i, k in enumerate(extra)}
     tests_all = values[:, -2].cpu()   # each client's test examples
-    all_lists = None
-    if result.lists is not None:
-        longest = int(values[:, -1].max())
-        idx, valid = as_indices(lists)
-        mine = torch.full((C, longest), -1, dtype=torch.int32, device=lists.device)
-        mine[:, :idx.shape[1]] = torch.where(valid, idx, -1).to(torch.int32)
-        # the members of every list, padded to the longest (no gather when every list is empty: Local)
-        all_lists = (setup.shard.gather(t, mine).cpu().numpy() if longest
-                     else np.full((setup.n, 0), -1, dtype=np.int32))
+    all_lists = None if result.lists is None else _gather_lists(setup, t, lists, int(values[:, -1].max()))
     has_lists = all_lists is not None and all_lists.shape[1] > 0   # Local's empty lists define no neighbours
     clients_received = float(recv_all.sum())
     # Every model a client receives was sent by a peer or the server; clients send one model per upload the
@@ -104,19 +96,44 @@ def evaluate_round(setup: Setup, state, outcome) -> tuple[dict, np.ndarray | Non
         "client_accuracy": [round(100.0 * float(a), 2) for a in acc_all],
     }
     record.update(honest_and_worst(acc_all, setup.attackers, ctx.clusters))
-    if "validation" in extra_all:
-        record["validation_accuracy"] = 100.0 * float(extra_all["validation"].mean())
-        record["client_validation_accuracy"] = [round(100.0 * float(a), 2) for a in extra_all["validation"]]
-    for k in setup.algo.extra_accuracies:   # the algorithm's own accuracies (CFL: best of lineage); null if not given
-        record[k] = 100.0 * float(extra_all[k].mean()) if k in extra_all else None
-    truth = None if ctx.clusters is None else ctx.clusters.cpu().numpy()   # None: not known (ari null)
-    if has_lists:
-        record.update(cluster_recovery(all_lists, truth))
-    if result.assignment is not None:   # a method's own clusters (IFCA, CFL; DFCA besides its lists) score the ARI
-        labels = result.assignment.cpu().numpy()
-        record.update({"num_clusters": int(len(np.unique(labels))),
-                       "ari": None if truth is None else adjusted_rand_index(truth, labels)})
+    record.update(_extra_records(setup, extra_all))
+    record.update(_clusters_found(ctx.clusters, all_lists if has_lists else None, result.assignment))
     return record, all_lists
+
+
+def _extra_records(setup: Setup, extra_all: dict) -> dict:
+    """The record's validation accuracies (data.validation) and the algorithm's own (CFL: best of lineage;
+    null where it gives none)."""
+    out: dict = {}
+    if "validation" in extra_all:
+        out["validation_accuracy"] = 100.0 * float(extra_all["validation"].mean())
+        out["client_validation_accuracy"] = [round(100.0 * float(a), 2) for a in extra_all["validation"]]
+    for k in setup.algo.extra_accuracies:
+        out[k] = 100.0 * float(extra_all[k].mean()) if k in extra_all else None
+    return out
+
+
+def _clusters_found(clusters, all_lists, assignment) -> dict:
+    """The clusters found by the lists (peer methods) and by a method's own assignment (IFCA, CFL; DFCA besides
+    its lists), scored against the truth (ARI null where it is not known)."""
+    out: dict = {}
+    truth = None if clusters is None else clusters.cpu().numpy()
+    if all_lists is not None:
+        out.update(cluster_recovery(all_lists, truth))
+    if assignment is not None:
+        labels = assignment.cpu().numpy()
+        out.update({"num_clusters": int(len(np.unique(labels))),
+                    "ari": None if truth is None else adjusted_rand_index(truth, labels)})
+    return out
+
+
+def _gather_lists(setup: Setup, t: int, lists, longest: int) -> np.ndarray:
+    """Every client's neighbour list (``[n, longest]`` int32, -1 padding), from this rank's ``lists``; no
+    gather when every list is empty (Local)."""
+    idx, valid = as_indices(lists)
+    mine = torch.full((len(setup.client_ids), longest), -1, dtype=torch.int32, device=lists.device)
+    mine[:, :idx.shape[1]] = torch.where(valid, idx, -1).to(torch.int32)
+    return setup.shard.gather(t, mine).cpu().numpy() if longest else np.full((setup.n, 0), -1, dtype=np.int32)
 
 
 def keep_best_models(setup: Setup, state, record: dict) -> None:
@@ -203,16 +220,7 @@ def summarize(setup: Setup, history: list[dict], wall: float, process: float | N
         "true_clusters": cfg.data.num_clusters if setup.data.clusters is not None else None,   # None: not known
         "model": setup.spec,
         **model_record(setup.spec, setup.layout.numel, setup.arch),
-        # what a run on a file reads, hashed once at start-up (checkpoint.input_files), only where there is one: a
-        # user model's fingerprint (its definition and shapes), data.path's SHA-256; fedclust report keeps apart
-        # runs that differ in either
-        **({"model_fingerprint": setup.inputs["model"]["fingerprint"]}
-           if "fingerprint" in setup.inputs.get("model", {}) else {}),
-        **({"data_sha256": setup.inputs["data.path"]["sha256"]} if "data.path" in setup.inputs else {}),
-        # every key that can change the run's numbers (fedclust.setting): fedclust report never pools runs whose
-        # settings differ; and each file the run read, by its key: absolute path and SHA-256
-        "setting": run_setting(to_dict(cfg), setup.inputs),
-        "inputs": {k: {"path": v["path"], "sha256": v["sha256"]} for k, v in setup.inputs.items()},
+        **_read(setup),
         "clients": cfg.clients,
         "rounds": cfg.rounds,
         "stage1_rounds": setup.stage1_end,
@@ -245,6 +253,19 @@ def summarize(setup: Setup, history: list[dict], wall: float, process: float | N
         "starts": starts,
         "mean_round_seconds": float(np.mean([r["round_seconds"] for r in history])),
     }
+
+
+def _read(setup: Setup) -> dict:
+    """What summary.json records of what the run read: a user model's fingerprint (its definition and shapes)
+    and data.path's SHA-256 where there is one (hashed once at start-up, checkpoint.input_files); the run's
+    setting (every key that can change its numbers, fedclust.setting: fedclust report never pools runs whose
+    settings differ); each file it read, by its key, with its absolute path and SHA-256."""
+    inputs = setup.inputs
+    return {**({"model_fingerprint": inputs["model"]["fingerprint"]} if "fingerprint" in inputs.get("model", {})
+               else {}),
+            **({"data_sha256": inputs["data.path"]["sha256"]} if "data.path" in inputs else {}),
+            "setting": run_setting(to_dict(setup.cfg), inputs),
+            "inputs": {k: {"path": v["path"], "sha256": v["sha256"]} for k, v in inputs.items()}}
 
 
 def summary_text(summary: dict, run_dir: str) -> str:

@@ -563,21 +563,7 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg, records: list[dic
     arrays = np.load(npz)
     known = "clusters" in arrays   # absent: the data gives no true clusters
     clusters = arrays["clusters"] if known else np.zeros(cfg.clients, dtype=np.int64)   # one colour in the graph
-    table: np.ndarray | None   # None: no stage-one counts kept
-    # clients in the order of their true clusters, so that clusters that are not contiguous ids show as blocks
-    order = np.argsort(clusters, kind="stable")
-    by_cluster = known and bool((np.diff(clusters) < 0).any())
-    rank = np.argsort(order, kind="stable") if by_cluster else np.arange(len(clusters))
-    if "stage1_peers" in arrays:   # count lists; runs before them kept the [n, n] table
-        peers = arrays["stage1_peers"]
-        if by_cluster:
-            peers = np.where(peers >= 0, rank[np.clip(peers, 0, None)], -1)[order]
-        counts = arrays["stage1_counts"][order] if by_cluster else arrays["stage1_counts"]
-        table, block = count_table(peers, counts, cfg.clients)
-    else:
-        table, block = (arrays["stage1_counts"] if "stage1_counts" in arrays else None), 1
-        if table is not None and by_cluster:
-            table = table[np.ix_(order, order)]
+    table, block, by_cluster = _stage_one_table(arrays, clusters, known, cfg.clients)
     if table is not None and table.any():
         bounds = cluster_starts(clusters) if known else []
         _drawn("heatmap_stage1.png", lambda: heatmap(table, fig_dir / "heatmap_stage1.png", heatmap_title(name, cfg),
@@ -600,6 +586,26 @@ def write_run_figures(run_dir: str | Path, summary: dict, cfg, records: list[dic
         _drawn("cni_precision.png", lambda: _cni_figure(stage1, clusters, known, cfg, fig_dir / "cni_precision.png",
                                                         f"{name}: stage one"), written, warn)
     return written
+
+
+def _stage_one_table(arrays, clusters: np.ndarray, known: bool, n: int):
+    """``(table, block, by_cluster)``: who averaged with whom over stage one as the heatmap draws it (None: no
+    counts kept), each cell a block of ``block`` clients a side, clients in the order of their true clusters
+    where that is not their ids' order (``by_cluster``), so that every cluster shows as a block."""
+    order = np.argsort(clusters, kind="stable")
+    by_cluster = known and bool((np.diff(clusters) < 0).any())
+    rank = np.argsort(order, kind="stable") if by_cluster else np.arange(len(clusters))
+    if "stage1_peers" in arrays:   # count lists; runs before them kept the [n, n] table
+        peers = arrays["stage1_peers"]
+        if by_cluster:
+            peers = np.where(peers >= 0, rank[np.clip(peers, 0, None)], -1)[order]
+        counts = arrays["stage1_counts"][order] if by_cluster else arrays["stage1_counts"]
+        table, block = count_table(peers, counts, n)
+        return table, block, by_cluster
+    kept: np.ndarray | None = arrays["stage1_counts"] if "stage1_counts" in arrays else None
+    if kept is not None and by_cluster:
+        kept = kept[np.ix_(order, order)]
+    return kept, 1, by_cluster
 
 
 def _cni_figure(stage1: list[dict], clusters: np.ndarray, known: bool, cfg, path: Path, title: str):

@@ -832,6 +832,59 @@ def curve_looks(count: int) -> list[dict]:
     return out
 
 
+class _CurvePanels:
+    """How :func:`curves` lays out its panels: one per setting, a look per label (colours, then line styles
+    from 8 labels on), the legend's columns and entries, each panel's stage lines."""
+
+    def __init__(self, runs: list[dict], data: dict, metric: str):
+        self.data, self.metric = data, metric
+        self.headers = Results(runs).headers
+        self.stages = stage_lines(runs)
+        labels = sorted({label for per in data.values() for label in per}, key=_order)
+        self.look = dict(zip(labels, curve_looks(len(labels))))
+        self.cols = min(len(data), 3)
+        self.rows = -(-len(data) // self.cols)
+        self.width = figures.WIDTH if self.cols == 1 else figures.WIDE
+        # two legend columns where a panel is wide enough (one or two panels a row), each entry broken to fit
+        self.ncols = 2 if len(labels) >= MANY_LABELS and self.cols <= 2 else 1
+        most = max((self._legend_lines(key, per) for key, per in data.items()), default=1)
+        self.height = 2.1 + 0.16 * most   # the axes and, below them, the legend's lines
+
+    def _entry(self, text: str) -> str:
+        return "\n".join(textwrap.wrap(text, LEGEND_WRAP)) if self.ncols == 2 else text
+
+    def _stage_label(self, t1: int, which: list[str], per: dict) -> str:
+        return self._entry(f"stage two from round {t1 + 1}" + ("" if set(which) == set(per)
+                                                                else f" ({', '.join(which)})"))
+
+    def _seeds_label(self, label: str, seeds: int) -> str:
+        return self._entry(f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
+
+    def _legend_lines(self, key, per: dict) -> int:
+        texts = ([self._seeds_label(label, c[4]) for label, c in per.items()]
+                 + [self._stage_label(t1, which, per) for t1, which in self.stages.get(key, {}).items()])
+        return -(-sum(t.count("\n") + 1 for t in texts) // self.ncols)
+
+    def draw(self, ax, key, per: dict) -> None:
+        """One setting's panel: each label's mean with its band, the stage lines, the legend below."""
+        last = max((max(r[0], default=0) for r in per.values()), default=None)
+        for label, (rounds, mean, low, high, seeds) in per.items():
+            ax.plot(rounds, mean, lw=1, **self.look[label], label=self._seeds_label(label, seeds))
+            if seeds > 1:
+                ax.fill_between(rounds, low, high, color=self.look[label]["color"], alpha=0.2, lw=0)
+        for t1, which in self.stages.get(key, {}).items():
+            line = figures.mark_stage_two(ax, t1, last, self._stage_label(t1, which, per))
+            if line is not None and len(which) == 1 and set(which) != set(per):
+                line.set_color(self.look[which[0]]["color"])
+        ax.set_title("\n".join(textwrap.wrap(self.headers.get(key, setting_text(key)), 40 if self.cols == 1 else 30)))
+        ax.set_xlabel("round")
+        ax.set_ylabel(CURVE_METRICS[self.metric])
+        figures.integer_ticks(ax.xaxis)
+        # below the panel, where it covers no curve
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=self.ncols, frameon=False,
+                  columnspacing=0.8, handlelength=2.0, handletextpad=0.5)
+
+
 def curves(runs: list[dict], path: Path, band: str = "std", warn=_warn, metric: str = "accuracy"):
     """One panel per setting, one line per label: the record field ``metric`` (CURVE_METRICS: mean test
     accuracy by default) averaged over its seeds per round, shaded band; whole-number round ticks and, for
@@ -846,69 +899,31 @@ def curves(runs: list[dict], path: Path, band: str = "std", warn=_warn, metric: 
     if not data:
         raise ReportError(f"no run records {metric} per round (its metrics.jsonl has no such numbers): no "
                           f"curves to draw; --metric accuracy draws the mean accuracy")
-    headers = Results(runs).headers
-    stages = stage_lines(runs)
-    labels = sorted({label for per in data.values() for label in per}, key=_order)
-    look = dict(zip(labels, curve_looks(len(labels))))
-    colour = {label: look[label]["color"] for label in labels}
-    cols = min(len(data), 3)
-    rows = -(-len(data) // cols)
-    width = figures.WIDTH if cols == 1 else figures.WIDE
-    # two legend columns where a panel is wide enough (one or two panels a row), each entry broken to fit
-    ncols = 2 if len(labels) >= MANY_LABELS and cols <= 2 else 1
-
-    def entry(text: str) -> str:
-        return "\n".join(textwrap.wrap(text, LEGEND_WRAP)) if ncols == 2 else text
-
-    def stage_label(t1: int, which: list[str], per: dict) -> str:
-        return entry(f"stage two from round {t1 + 1}" + ("" if set(which) == set(per) else f" ({', '.join(which)})"))
-
-    def seeds_label(label: str, seeds: int) -> str:
-        return entry(f"{label} ({seeds} seed{'s' if seeds > 1 else ''})")
-
-    def legend_lines(key, per: dict) -> int:
-        texts = ([seeds_label(label, c[4]) for label, c in per.items()]
-                 + [stage_label(t1, which, per) for t1, which in stages.get(key, {}).items()])
-        return -(-sum(t.count("\n") + 1 for t in texts) // ncols)
-
-    most = max((legend_lines(key, per) for key, per in data.items()), default=1)
-    height = 2.1 + 0.16 * most   # the axes and, below them, the legend's lines
+    panels = _CurvePanels(runs, data, metric)
     with figures.print_style():
-        fig = figures.new_figure(width, height * rows)
-        axes = fig.subplots(rows, cols, squeeze=False)
+        fig = figures.new_figure(panels.width, panels.height * panels.rows)
+        axes = fig.subplots(panels.rows, panels.cols, squeeze=False)
         for ax in axes.flat[len(data):]:
             ax.set_visible(False)
         for ax, (key, per) in zip(axes.flat, data.items()):
-            last = max((max(r[0], default=0) for r in per.values()), default=None)
-            for label, (rounds, mean, low, high, seeds) in per.items():
-                ax.plot(rounds, mean, lw=1, **look[label], label=seeds_label(label, seeds))
-                if seeds > 1:
-                    ax.fill_between(rounds, low, high, color=colour[label], alpha=0.2, lw=0)
-            for t1, which in stages.get(key, {}).items():
-                every = set(which) == set(per)
-                line = figures.mark_stage_two(ax, t1, last, stage_label(t1, which, per))
-                if line is not None and len(which) == 1 and not every:
-                    line.set_color(colour[which[0]])
-            ax.set_title("\n".join(textwrap.wrap(headers.get(key, setting_text(key)), 40 if cols == 1 else 30)))
-            ax.set_xlabel("round")
-            ax.set_ylabel(CURVE_METRICS[metric])
-            figures.integer_ticks(ax.xaxis)
-            # below the panel, where it covers no curve
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=ncols, frameon=False,
-                      columnspacing=0.8, handlelength=2.0, handletextpad=0.5)
+            panels.draw(ax, key, per)
         fig.suptitle("mean over seeds; shaded: " + ("min–max over seeds" if band == "minmax" else
                                                      "± 1 sample std over seeds"))
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ReportError(f"--curves {path}: cannot make its folder {path.parent} "
-                              f"({exc.strerror or exc})") from None
-        try:
-            fig.savefig(path, dpi=figures.DPI)
-        except (OSError, ValueError) as exc:   # not writable; a name matplotlib has no format for
-            raise ReportError(f"--curves {path}: cannot write it ({exc}); give a writable path ending in .png, "
-                              f".pdf or .svg") from None
+        _save_curves(fig, path)
     return fig
+
+
+def _save_curves(fig, path: Path) -> None:
+    """The figure at ``path``, its folder made where missing; ReportError in one line where it cannot be."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReportError(f"--curves {path}: cannot make its folder {path.parent} ({exc.strerror or exc})") from None
+    try:
+        fig.savefig(path, dpi=figures.DPI)
+    except (OSError, ValueError) as exc:   # not writable; a name matplotlib has no format for
+        raise ReportError(f"--curves {path}: cannot write it ({exc}); give a writable path ending in .png, "
+                          f".pdf or .svg") from None
 
 
 # ---------------------------------------------------------------- command line

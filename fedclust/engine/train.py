@@ -374,6 +374,11 @@ def _train_chunk(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: torch.T
                  orders: torch.Tensor, settings: TrainSettings, anchor: torch.Tensor | None,
                  mu: float, counts: torch.Tensor | None = None, prox: tuple[int, ...] | None = None,
                  frozen: tuple[tuple[int, ...], ...] | None = None) -> torch.Tensor:
+    """One chunk of clients trained at once, by the one of the four chunk trainers that fits the model and the
+    data, chosen here and nowhere else: ``loop`` (a ModuleNet of engine "loop": one client after another,
+    ``torch.optim.SGD``-exact), ``masked`` (clients of unequal sizes: torch.func with per-sample weights and
+    per-client steps), ``dense`` (the MLP and logistic regression: the hand-written batched backward) or
+    ``func`` (any other: ``torch.func.grad`` of the batched forward)."""
     net = as_net(arch)
     if net.engine == "loop":
         if not isinstance(net, ModuleNet):
@@ -437,6 +442,45 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, 
     tensors too: ``torch.optim.SGD`` with them restored after each step;
     DePRL's head, then body); None: every tensor every epoch.
     """
+    counts, train = _check_round(flat, layout, x, y, orders, settings, counts, train)
+    c, n = y.shape
+    anchor = check_anchor(anchor, mu, flat)
+    prox = proximal_layers(layout, prox_layers)
+    frozen = frozen_epochs(layout, phases, settings.epochs)
+    orders = orders.to(x.device)
+    y = y.to(x.device)
+    losses = torch.full((c,), float("nan"), dtype=flat.dtype, device=flat.device)
+    if counts is not None and as_net(arch).engine != "loop":
+        groups = width_groups(counts, n)
+        if len(groups) > 1 or groups[0][0] < n:   # unequal clients: each trained at its own group's width
+            for width, members in groups:
+                members = members if train is None else members[train[members]]
+                if members.numel():
+                    _train_at_width(flat, layout, arch, x, y, orders, settings, anchor, float(mu), counts,
+                                    prox_layers, phases, width, members, losses)
+            return losses
+    for chunk in _chunks(c, settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size)),
+                         train, flat.device):
+        sub = flat[chunk]
+        losses[chunk] = _train_chunk(sub, layout, arch, x[chunk], y[chunk], orders[:, chunk], settings,
+                                     None if anchor is None else anchor[chunk], float(mu),
+                                     None if counts is None else counts[chunk], prox, frozen)
+        if train is not None:
+            flat[chunk] = sub
+    return losses
+
+
+def _chunks(c: int, size: int, train: torch.Tensor | None, device) -> list[slice] | list[torch.Tensor]:
+    """Chunks of ``size`` clients, each trained at once: slices of the ``c`` rows (views, trained in place), or
+    chunks of the rows that train (``train``: copies of a chunk's weights and data, written back)."""
+    if train is None:
+        return [slice(c0, min(c, c0 + size)) for c0 in range(0, c, size)]
+    return [rows for rows in train.nonzero().flatten().to(device).split(size) if rows.numel()]
+
+
+def _check_round(flat, layout: ParamLayout, x: Inputs, y: torch.Tensor, orders: torch.Tensor,
+                 settings: TrainSettings, counts: torch.Tensor | None, train: torch.Tensor | None):
+    """``(counts, train)`` of :func:`train_round` checked (train on the CPU); ValueError naming what is wrong."""
     _check_data(flat, layout, x, y)
     counts = _check_counts(counts, c=y.shape[0], n=y.shape[1], device=x.device)
     c, n = y.shape
@@ -445,48 +489,27 @@ def train_round(flat: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, 
                          "make it with fedclust.rng.batch_orders")
     if orders.shape[0] != settings.epochs:
         raise ValueError(f"orders has {orders.shape[0]} epochs but settings.epochs = {settings.epochs}")
-    anchor = check_anchor(anchor, mu, flat)
-    prox = proximal_layers(layout, prox_layers)
-    frozen = frozen_epochs(layout, phases, settings.epochs)
-    orders = orders.to(x.device)
-    y = y.to(x.device)
     if train is not None:
         if train.shape != (c,) or train.dtype != torch.bool:
             raise ValueError(f"train must be a bool [C={c}] mask, got {train.dtype} {tuple(train.shape)}")
         train = train.cpu()
-    losses = torch.full((c,), float("nan"), dtype=flat.dtype, device=flat.device)
-    if counts is not None and as_net(arch).engine != "loop":
-        groups = width_groups(counts, n)
-        if len(groups) > 1 or groups[0][0] < n:   # unequal clients: each trained at its own group's width
-            for width, members in groups:
-                members = members if train is None else members[train[members]]
-                if not members.numel():
-                    continue
-                rows, at = members.to(flat.device), members.to(x.device)
-                own = orders[:, at, :width]
-                if bool((own >= width).any()):
-                    raise ValueError("orders must list each client's own examples first and its padding after, in "
-                                     "place order: make them with fedclust.rng.batch_orders(..., counts)")
-                sub = flat.index_select(0, rows)
-                losses[rows] = train_round(sub, layout, arch, x[at, :width], y[at, :width], own, settings,
-                                           None if anchor is None else anchor.index_select(0, rows), float(mu),
-                                           counts[at], prox_layers, phases=phases)
-                flat.index_copy_(0, rows, sub)
-            return losses
-    client_chunk = settings.client_chunk or train_chunk_size(arch, layout, x, min(n, settings.batch_size))
-    # chunks of clients, each trained at once: slices (views, trained in place), or chunks of the rows that train
-    # (copies of a chunk's weights and data, written back)
-    chunks: list[slice] | list[torch.Tensor] = (
-        [slice(c0, min(c, c0 + client_chunk)) for c0 in range(0, c, client_chunk)] if train is None
-        else [rows for rows in train.nonzero().flatten().to(flat.device).split(client_chunk) if rows.numel()])
-    for chunk in chunks:
-        sub = flat[chunk]
-        losses[chunk] = _train_chunk(sub, layout, arch, x[chunk], y[chunk], orders[:, chunk], settings,
-                                     None if anchor is None else anchor[chunk], float(mu),
-                                     None if counts is None else counts[chunk], prox, frozen)
-        if train is not None:
-            flat[chunk] = sub
-    return losses
+    return counts, train
+
+
+def _train_at_width(flat, layout, arch, x, y, orders, settings, anchor, mu: float, counts, prox_layers, phases,
+                    width: int, members: torch.Tensor, losses: torch.Tensor) -> None:
+    """Train the clients ``members`` (of one :func:`width_groups` group) on their first ``width`` positions, in
+    place on their rows of ``flat``, their losses into ``losses``."""
+    rows, at = members.to(flat.device), members.to(x.device)
+    own = orders[:, at, :width]
+    if bool((own >= width).any()):
+        raise ValueError("orders must list each client's own examples first and its padding after, in "
+                         "place order: make them with fedclust.rng.batch_orders(..., counts)")
+    sub = flat.index_select(0, rows)
+    losses[rows] = train_round(sub, layout, arch, x[at, :width], y[at, :width], own, settings,
+                               None if anchor is None else anchor.index_select(0, rows), mu,
+                               counts[at], prox_layers, phases=phases)
+    flat.index_copy_(0, rows, sub)
 
 
 def client_width(counts: torch.Tensor, n: int) -> torch.Tensor:

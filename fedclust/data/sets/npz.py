@@ -306,18 +306,9 @@ def _stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
     return tuple(float(v) for v in mean), tuple(float(v) for v in std)
 
 
-def check_arrays(path: str, arrays: dict) -> Arrays:
-    """Every check of the file's arrays (see the module docstring), then the arrays as tensors."""
-    missing = [k for k in POOL_ARRAYS if k not in arrays]
-    if missing:
-        raise _bad(path, f"missing array(s) {', '.join(missing)} (it holds: {', '.join(sorted(arrays)) or 'nothing'})",
-                   "store x_train, y_train, x_test, y_test (and client_train, client_test for clients of your own)")
-    xs, ys = {}, {}
-    for split in ("train", "test"):
-        xs[split], ys[split] = check_split(path, split, arrays[f"x_{split}"], arrays[f"y_{split}"])
-    if xs["train"].shape[1:] != xs["test"].shape[1:]:
-        raise _bad(path, f"x_train's examples have shape {list(xs['train'].shape[1:])} but x_test's "
-                         f"{list(xs['test'].shape[1:])}", "give both splits the same input shape")
+def _classes(path: str, arrays: dict, ys: dict) -> int:
+    """K: the file's ``num_classes``, checked against its labels, or the largest label + 1 with every label
+    0..K-1 occurring in some split."""
     top = max(int(ys["train"].max()), int(ys["test"].max()))
     if "num_classes" in arrays:
         k = arrays["num_classes"]
@@ -343,6 +334,13 @@ def check_arrays(path: str, arrays: dict) -> Arrays:
                        f"neither split, so the model would get {len(missing)} output(s) that no example has",
                        "renumber the labels 0..K-1 (numpy.unique(labels, return_inverse=True)[1]), or give "
                        f"num_classes (an integer >= {k}) to keep them on purpose")
+    return k
+
+
+def _clients(path: str, arrays: dict, ys: dict):
+    """``(client_train, client_test, cluster)`` of a file of clients of its own (each None for a pool),
+    checked: both id arrays or neither, ids 0..n-1 each holding a training and a test example, a cluster a
+    client."""
     client_train = client_test = cluster = None
     given = [a for a in CLIENT_ARRAYS if a in arrays]
     if given and len(given) < 2:
@@ -366,6 +364,23 @@ def check_arrays(path: str, arrays: dict) -> Arrays:
         raise _bad(path, "it holds 'cluster' but no 'client_train'/'client_test'",
                    "a pool's clusters come from data.clusters and data.num_clusters: drop 'cluster', or give the "
                    "client of every example")
+    return client_train, client_test, cluster
+
+
+def check_arrays(path: str, arrays: dict) -> Arrays:
+    """Every check of the file's arrays (see the module docstring), then the arrays as tensors."""
+    missing = [k for k in POOL_ARRAYS if k not in arrays]
+    if missing:
+        raise _bad(path, f"missing array(s) {', '.join(missing)} (it holds: {', '.join(sorted(arrays)) or 'nothing'})",
+                   "store x_train, y_train, x_test, y_test (and client_train, client_test for clients of your own)")
+    xs, ys = {}, {}
+    for split in ("train", "test"):
+        xs[split], ys[split] = check_split(path, split, arrays[f"x_{split}"], arrays[f"y_{split}"])
+    if xs["train"].shape[1:] != xs["test"].shape[1:]:
+        raise _bad(path, f"x_train's examples have shape {list(xs['train'].shape[1:])} but x_test's "
+                         f"{list(xs['test'].shape[1:])}", "give both splits the same input shape")
+    k = _classes(path, arrays, ys)
+    client_train, client_test, cluster = _clients(path, arrays, ys)
     mean, std = _stats(xs["train"])
     return Arrays(xs["train"], ys["train"], xs["test"], ys["test"], client_train, client_test, cluster, k, mean,
                   std, path)
