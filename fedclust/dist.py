@@ -126,8 +126,11 @@ def make_fabric(device: str, timeout_seconds: float = 1800.0, startup_seconds: f
 # The rendezvous store's keys: rank 0 publishes its RunIdentity at RUN_PREFIX/<attempt>/identity, the one key a
 # rank reads before it knows it belongs to the run; everything else (each rank's start-up claim, the process
 # group's own keys) lives under RUN_PREFIX/<attempt>/<rank 0's identity key>/.  <attempt>: torchrun's run id and
-# restart count, "direct/0" for processes started otherwise (Slurm, by hand).
+# restart count, "direct/0" for processes started otherwise (Slurm, by hand), then the count of runs this process
+# started on that address before (0 for the first).
 RUN_PREFIX = "fedclust/run"
+_STARTED: dict[tuple[str, int, int], int] = {}   # (host, port, rank) -> runs this process finished there
+_RUNNING: list[tuple[str, int, int]] = []         # the address of the run under way, when one is
 
 
 def startup_store(host: str, port: int, rank: int, world: int, startup_seconds: float, timeout_seconds: float,
@@ -153,7 +156,12 @@ def startup_store(host: str, port: int, rank: int, world: int, startup_seconds: 
     agent = (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and os.environ.get("MASTER_ADDR") == host
              and os.environ.get("MASTER_PORT") == str(port))   # torchrun's agent serves the store there
     store = _open_store(host, port, rank, world, startup_seconds, fix, serve=rank == 0 and not agent, local=local)
-    attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID') or 'direct'}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    started = (host, int(port), rank)
+    # a process may run several runs one after another on one address (a script calling fedclust.runner.run in a
+    # loop under torchrun): the run after k finished ones there is keyed apart, every rank counting alike
+    env = os.environ
+    attempt = (f"{env.get('TORCHELASTIC_RUN_ID') or 'direct'}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+               f"/{_STARTED.get(started, 0)}")
     deadline = time.monotonic() + float(startup_seconds)
     try:
         run = _agree(store, f"{RUN_PREFIX}/{attempt}/identity", rank, identity, f"{host}:{port}", deadline,
@@ -166,6 +174,7 @@ def startup_store(host: str, port: int, rank: int, world: int, startup_seconds: 
         raise StartupError(f"rank {rank}: rank 0 stopped during start-up (the run's rendezvous closed: {first}); "
                            f"{fix}") from None
     store.set_timeout(datetime.timedelta(seconds=float(timeout_seconds)))
+    _RUNNING.append(started)   # counted as started there when the run finishes (finish)
     return scoped
 
 
@@ -298,6 +307,9 @@ def finish(fabric) -> None:
         fabric.barrier()
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+        while _RUNNING:   # the next run this process starts on that address is keyed apart from this one
+            done = _RUNNING.pop()
+            _STARTED[done] = _STARTED.get(done, 0) + 1
 
 
 def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:

@@ -129,9 +129,9 @@ def test_a_rank_of_another_run_is_refused_and_the_run_completes_with_its_own():
     stores[0].set("k", "from 0")
     assert stores[1].get("k") == b"from 0"                                # one run, one key space
     raw = TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False)
-    assert raw.get("fedclust/run/direct/0/identity") == A.dumps().encode()
-    assert raw.check([f"fedclust/run/direct/0/{A.key}/started/0", f"fedclust/run/direct/0/{A.key}/started/1",
-                      f"fedclust/run/direct/0/{A.key}/k"])                # the run's keys, under its identity
+    assert raw.get("fedclust/run/direct/0/0/identity") == A.dumps().encode()
+    assert raw.check([f"fedclust/run/direct/0/0/{A.key}/started/0", f"fedclust/run/direct/0/0/{A.key}/started/1",
+                      f"fedclust/run/direct/0/0/{A.key}/k"])                # the run's keys, under its identity
 
 
 def test_a_rank_started_twice_is_refused():
@@ -159,8 +159,8 @@ def test_under_torchrun_the_agent_store_holds_the_attempts_keys_and_configs_are_
             start(pool, port, 1, 2, B).result(timeout=30)
         one = start(pool, port, 1, 2, A)
         zero.result(timeout=30), one.result(timeout=30)
-    assert agent.get("fedclust/run/job7/1/identity") == A.dumps().encode()
-    assert agent.check([f"fedclust/run/job7/1/{A.key}/started/0", f"fedclust/run/job7/1/{A.key}/started/1"])
+    assert agent.get("fedclust/run/job7/1/0/identity") == A.dumps().encode()
+    assert agent.check([f"fedclust/run/job7/1/0/{A.key}/started/0", f"fedclust/run/job7/1/0/{A.key}/started/1"])
 
 
 def test_on_one_node_the_store_listens_on_the_master_address_alone():

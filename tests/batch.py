@@ -1,0 +1,25 @@
+"""Launching several runs at once for tests that compare many runs (tests/run_many.py): one 1-process job and
+one 2-process job for a whole list of configs, instead of one job each."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_MANY = Path(__file__).resolve().parent / "run_many.py"
+
+
+def launch_many(nproc: int, runs: list[list[str]], where: Path, env: dict, timeout: float = 900):
+    """Run each argument list of ``runs`` (``fedclust run ARGS``) one after the other in one job of ``nproc``
+    processes (torchrun for 2 or more); their list is written to ``where``."""
+    where.write_text(json.dumps(runs))
+    if nproc == 1:
+        cmd = [sys.executable, str(RUN_MANY), str(where)]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               str(RUN_MANY), str(where)]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+                          start_new_session=True)
