@@ -23,3 +23,12 @@ def launch_many(nproc: int, runs: list[list[str]], where: Path, env: dict, timeo
                str(RUN_MANY), str(where)]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
                           start_new_session=True)
+
+
+def killed_many(runs: list[list[str]], after: int, where: Path, env: dict, timeout: float = 900):
+    """Each run of ``runs`` on one process, killed with SIGKILL after round ``after`` (each its own process,
+    forked from one that has imported fedclust: tests/run_many.py --kill-after); the runs' arguments must load
+    the pause plug-in (tests/plugins/pause_after_round.py)."""
+    where.write_text(json.dumps(runs))
+    return subprocess.run([sys.executable, str(RUN_MANY), "--kill-after", str(after), str(where)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True)

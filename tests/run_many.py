@@ -2,16 +2,57 @@
 of RUNS.json (``fedclust run ARGS``) after the other in the same processes, as a script calling
 ``fedclust.runner.run`` in a loop would.  The processes start, import torch and Lightning and form their first
 group once, which is most of a small run's cost on a CPU; each run still forms its own process group (keyed apart
-on the rendezvous, fedclust.dist.startup_store) and ends it.  Exits with the first failing run's status."""
+on the rendezvous, fedclust.dist.startup_store) and ends it.  Exits with the first failing run's status.
+
+``python tests/run_many.py --kill-after R RUNS.json`` (one process): each run in a child forked from this
+process (torch already imported), which stops after round R with the tests' pause plug-in
+(tests/plugins/pause_after_round.py, given in each run's arguments) and is then killed with SIGKILL, as a node
+failure would kill it: its run directory is left as such a crash leaves it."""
 
 import json
+import os
+import signal
 import sys
+import time
+from pathlib import Path
 
 from fedclust.cli import main
 
+PAUSE_TIMEOUT = 240   # seconds a run may take to reach the round it stops after
+
+
+def kill_after(runs: list[list[str]], after: int) -> None:
+    os.environ["PAUSE_AFTER_ROUND"] = str(after)
+    for args in runs:
+        out = Path(next(a.split("=", 1)[1] for a in args if a.startswith("out=")))
+        pid = os.fork()
+        if pid == 0:   # the run, in a child: it pauses after round `after` and waits there to be killed
+            try:
+                main(["run", *args])
+            finally:
+                os._exit(3)   # never past its pause: reaching here is a failure the parent reports
+        marker, end = out / ".paused", time.time() + PAUSE_TIMEOUT
+        while not marker.exists():
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done or time.time() > end:
+                sys.exit(f"run_many: the run in {out} ended or took too long before pausing (status {status})")
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+            sys.exit(f"run_many: the run in {out} was not ended by SIGKILL (status {status})")
+
+
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
+    argv = sys.argv[1:]
+    after = None
+    if argv[0] == "--kill-after":
+        after, argv = int(argv[1]), argv[2:]
+    with open(argv[0]) as f:
         runs = json.load(f)
+    if after is not None:
+        kill_after(runs, after)
+        sys.exit(0)
     for args in runs:
         code = main(["run", *args])
         if code:

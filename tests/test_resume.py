@@ -93,10 +93,7 @@ def killed_run(nproc, name, out, *extra):
             pass
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    lines = (Path(out) / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == KILL_AFTER                       # round 5 was written, its checkpoint was not due
-    assert [r for r, _ in checkpoint.candidates(out)] == [4, 2]
-    assert not (Path(out) / "summary.json").exists()
+    assert_killed(out)
 
 
 def in_process(name, out, *extra):
@@ -129,29 +126,83 @@ def assert_uninterrupted(name, out, nproc, reference):
         assert [r["round"] for r in got[0]] == list(range(1, len(got[0]) + 1))   # no line lost or duplicated
         assert got == want
         return
-    whole = launch(nproc, overrides(name, reference))
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    if not (Path(reference) / "summary.json").exists():   # else already run (a batch of references)
+        whole = launch(nproc, overrides(name, reference))
+        assert whole.returncode == 0, whole.stderr[-3000:]
     assert_same_run(reference, out)
 
 
-@pytest.mark.parametrize("name", registry.builtin_names())
-def test_killed_run_resumes_exactly_on_one_process(tmp_path, name):
-    killed_run(1, name, tmp_path / "killed")
-    sub_run(name, tmp_path / "killed")                     # the same command again continues the run
-    assert_uninterrupted(name, tmp_path / "killed", 1, tmp_path / "whole")
-    assert [r for r, _ in checkpoint.candidates(tmp_path / "killed")] == [8, 6]
+def assert_killed(out) -> None:
+    """``out`` as a run SIGKILLed after round KILL_AFTER leaves it: every record up to that round, the two
+    checkpoints before it, no summary."""
+    lines = (Path(out) / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == KILL_AFTER                       # round 5 was written, its checkpoint was not due
+    assert [r for r, _ in checkpoint.candidates(out)] == [4, 2]
+    assert not (Path(out) / "summary.json").exists()
 
 
-@pytest.mark.parametrize("name", RESUMED_ON_TWO)
-def test_killed_run_resumes_exactly_on_two_processes_and_on_one(tmp_path, name):
-    killed_run(2, name, tmp_path / "killed")
-    shutil.copytree(tmp_path / "killed", tmp_path / "killed_to_one")
-    again = launch(2, overrides(name, tmp_path / "killed"))
+@pytest.fixture(scope="session")
+def killed_on_one(tmp_path_factory):
+    """Every built-in algorithm's run killed with SIGKILL after round KILL_AFTER on one process (each in its own
+    process, forked from one that imported fedclust once: tests/run_many.py --kill-after), then each continued
+    by the same command, all in one job (as many commands run one after another), with the uninterrupted runs
+    to compare them with where no golden files were recorded on a machine like this one: the folder holding
+    each under its algorithm's name (the uninterrupted ones under whole/)."""
+    from batch import killed_many, launch_many
+
+    root = tmp_path_factory.mktemp("killed_on_one")
+    names = registry.builtin_names()
+    dirs = {name: root / name for name in names}   # the killed runs
+    runs = [overrides(name, dirs[name], f"plugins=[{PAUSE_PLUGIN}]") for name in names]
+    proc = killed_many(runs, KILL_AFTER, root / "killed.json", env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in names:
+        assert_killed(dirs[name])
+    runs = [overrides(name, dirs[name]) for name in names]
+    if not golden_here():   # the uninterrupted runs to compare with, in the same job
+        runs += [overrides(name, root / "whole" / name) for name in names]
+    again = launch_many(1, runs, root / "again.json", env())
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming" in again.stderr
-    assert_uninterrupted(name, tmp_path / "killed", 2, tmp_path / "whole")
-    sub_run(name, tmp_path / "killed_to_one")              # 2 -> 1: rows re-sharded
-    assert_uninterrupted(name, tmp_path / "killed_to_one", 1, tmp_path / "whole_one")
+    return root
+
+
+@pytest.mark.xdist_group("killed_on_one")   # one worker kills and continues them all
+@pytest.mark.parametrize("name", registry.builtin_names())
+def test_killed_run_resumes_exactly_on_one_process(killed_on_one, name):
+    assert_uninterrupted(name, killed_on_one / name, 1, killed_on_one / "whole" / name)
+    assert [r for r, _ in checkpoint.candidates(killed_on_one / name)] == [8, 6]
+
+
+@pytest.fixture(scope="session")
+def killed_on_two(tmp_path_factory):
+    """The runs of RESUMED_ON_TWO killed with SIGKILL after round KILL_AFTER on 2 processes (the job's whole
+    process group), then continued on 2 processes (one job for all) and, from a copy, on 1 (2 -> 1: rows
+    re-sharded; one job for all), with the uninterrupted runs to compare with where no golden files were recorded
+    on a machine like this one: the folder holding killed/<name>, killed_to_one/<name>, whole/<name> and
+    whole_one/<name>."""
+    from batch import launch_many
+
+    root = tmp_path_factory.mktemp("killed_on_two")
+    for name in RESUMED_ON_TWO:
+        killed_run(2, name, root / "killed" / name)
+        shutil.copytree(root / "killed" / name, root / "killed_to_one" / name)
+    jobs = {2: [overrides(name, root / "killed" / name) for name in RESUMED_ON_TWO],
+            1: [overrides(name, root / "killed_to_one" / name) for name in RESUMED_ON_TWO]}
+    if not golden_here():
+        jobs[2] += [overrides(name, root / "whole" / name) for name in RESUMED_ON_TWO]
+        jobs[1] += [overrides(name, root / "whole_one" / name) for name in RESUMED_ON_TWO]
+    for nproc, runs in jobs.items():
+        proc = launch_many(nproc, runs, root / f"again{nproc}.json", env())
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stderr.count("fedclust: resuming") == len(RESUMED_ON_TWO), proc.stderr[-3000:]
+    return root
+
+
+@pytest.mark.xdist_group("killed_on_two")   # one worker kills and continues them all
+@pytest.mark.parametrize("name", RESUMED_ON_TWO)
+def test_killed_run_resumes_exactly_on_two_processes_and_on_one(killed_on_two, name):
+    assert_uninterrupted(name, killed_on_two / "killed" / name, 2, killed_on_two / "whole" / name)
+    assert_uninterrupted(name, killed_on_two / "killed_to_one" / name, 1, killed_on_two / "whole_one" / name)
 
 
 def test_one_to_two_processes(tmp_path):
