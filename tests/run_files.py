@@ -30,7 +30,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 # (so tests/test_plugins.py need not launch them on 2 processes again): one of each kind of state (PANM's
 # lists and similarities, IFCA's cluster models, FedGroup's groups); random and panm_loss keep no state of
 # their own beyond panm_grad's, and every algorithm's kill and resume is tested on one process.
-RESUMED_ON_TWO = ("panm_grad", "ifca", "fedgroup")
+RESUMED_ON_TWO = ("panm_grad", "ifca", "fedgroup", "fpfc")   # fpfc: its pair rows travel with their clients
 
 # Runs under several network faults at once that tests/test_network.py compares on 1 and 2 processes: an algorithm
 # here is compared on 2 processes there (under its faults, a stronger check of the same claim) and not again

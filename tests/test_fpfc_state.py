@@ -385,21 +385,9 @@ def test_one_and_two_processes_agree_bit_for_bit_while_clusters_form(tmp_path):
     assert runs[0][-1]["num_clusters"] == 2 and runs[0][-1]["ari"] == pytest.approx(1.0)
 
 
-@pytest.mark.integration
-def test_killed_run_resumes_exactly_on_two_processes_and_on_one(tmp_path):
-    """The pair rows travel with their clients: a 2-process run killed after round 5 resumes on 2 and on 1
-    process and ends as the uninterrupted run (test_resume's check, for FPFC)."""
-    from test_resume import assert_uninterrupted, killed_run, launch, overrides, sub_run
-
-    killed_run(2, "fpfc", tmp_path / "killed")
-    shutil.copytree(tmp_path / "killed", tmp_path / "killed_to_one")
-    again = launch(2, overrides("fpfc", tmp_path / "killed"))
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming" in again.stderr
-    assert_uninterrupted("fpfc", tmp_path / "killed", 2, tmp_path / "whole")
-    sub_run("fpfc", tmp_path / "killed_to_one")
-    assert_uninterrupted("fpfc", tmp_path / "killed_to_one", 1, tmp_path / "whole_one")
-
+# A 2-process FPFC run killed after round 5 resumes on 2 and on 1 process and ends as the uninterrupted run (the pair
+# rows travel with their clients): tests/test_resume.py, test_killed_run_resumes_exactly_on_two_processes_and_on_one
+# (fpfc is in run_files.RESUMED_ON_TWO).
 
 
 # fpfc.fuse=head (the official MNIST/FMNIST code): the pairs over the head, the body the participants' mean
@@ -411,21 +399,19 @@ def test_head_fusion_on_one_and_two_processes_and_resumed_agrees_bit_for_bit(tmp
     """The golden settings with fpfc.fuse=head, 60% participation: a 2-process run killed after round 5
     resumes on 2 processes and on 1 and ends as the uninterrupted 2-process run, every number equal (the
     body's mean and the head's pairs are computed alike on every rank)."""
-    from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
+    from batch import launch_many
+    from test_resume import assert_same_run, env, killed_run, overrides
 
-    whole = launch(2, overrides("fpfc", tmp_path / "whole", *HEAD))
-    assert whole.returncode == 0, whole.stderr[-3000:]
     killed_run(2, "fpfc", tmp_path / "killed", *HEAD)
     shutil.copytree(tmp_path / "killed", tmp_path / "killed_to_one")
-    again = launch(2, overrides("fpfc", tmp_path / "killed", *HEAD))
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming" in again.stderr
-    assert_same_run(tmp_path / "whole", tmp_path / "killed")
-    sub_run("fpfc", tmp_path / "killed_to_one", *HEAD)
-    assert_same_run(tmp_path / "whole", tmp_path / "killed_to_one")
-    one = sub_run("fpfc", tmp_path / "one", *HEAD)
-    assert one["rounds_completed"] == 8
-    assert_same_run(tmp_path / "whole", tmp_path / "one")
+    for nproc, runs in ((2, ["whole", "killed"]), (1, ["killed_to_one", "one"])):   # one job each
+        proc = launch_many(nproc, [overrides("fpfc", tmp_path / d, *HEAD) for d in runs], tmp_path / f"{nproc}.json",
+                           env())
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stderr.count("fedclust: resuming") == 1
+    for d in ("killed", "killed_to_one", "one"):
+        assert_same_run(tmp_path / "whole", tmp_path / d)
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())["rounds_completed"] == 8
 
 
 def test_head_fusion_keeps_pair_state_for_the_head_only():
