@@ -17,13 +17,15 @@ import torch
 
 from fedclust.algorithms import registry
 from fedclust.schema import option
+from fedclust.stopping import REQUEST
 
 Ifca = registry.get("ifca")
 
 
 @dataclass
 class StallConfig:
-    rank: int = option(-1, "this rank stalls 120 s at the start of stalling_ifca.round (-1: none)")
+    rank: int = option(-1, "this rank stalls 120 s at the start of stalling_ifca.round (-1: none), or until "
+                               "its launcher stops it")
     round: int = option(0, "the round in which stalling_ifca.rank stalls")
 
     def validate(self, cfg) -> None:
@@ -45,5 +47,9 @@ class StallingIfca(Ifca):
     def plan(self, state, ctx, round_, models):
         f = self.stalling_ifca
         if round_ == f.round and torch.distributed.is_initialized() and torch.distributed.get_rank() == f.rank:
-            time.sleep(120)
+            until = time.monotonic() + 120   # stalls; ends early only when its launcher stops it (SIGTERM)
+            while time.monotonic() < until and not REQUEST.requested:
+                time.sleep(0.1)
+            if REQUEST.requested:
+                raise SystemExit(75)
         return super().plan(state, ctx, round_, models)
