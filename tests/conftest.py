@@ -33,3 +33,25 @@ def slurm_env():
     env = slurm_cluster.start()
     yield env
     slurm_cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def one_and_two(tmp_path_factory):
+    """Every run of run_files.one_and_two_runs() on 1 and on 2 processes, in one job each (tests/run_many.py):
+    ``{1: folder, 2: folder, "stderr": {1: ..., 2: ...}}``, each run's directory under its key in the folder.
+    Tests that read it carry ``@pytest.mark.xdist_group("one_and_two")``: one worker launches the two jobs."""
+    import os
+
+    from batch import launch_many
+    from run_files import one_and_two_runs
+
+    root = tmp_path_factory.mktemp("one_and_two")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    got: dict = {"stderr": {}}
+    for nproc in (1, 2):
+        got[nproc] = root / f"p{nproc}"
+        runs = [[*args, f"out={got[nproc] / key}"] for key, args in one_and_two_runs().items()]
+        proc = launch_many(nproc, runs, root / f"runs{nproc}.json", env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got["stderr"][nproc] = proc.stderr
+    return got

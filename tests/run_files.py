@@ -113,3 +113,27 @@ def golden(name: str) -> tuple[list[dict], dict]:
     d = golden_dir() or GOLDEN
     records = [without_wall(json.loads(x)) for x in (d / f"{name}.jsonl").read_text().splitlines()]
     return records, without_wall(json.loads((d / f"{name}.summary.json").read_text()))
+
+
+def one_and_two_runs() -> dict[str, list[str]]:
+    """Runs that tests compare on 1 and 2 processes, by a key naming the test that reads it: all of them run in
+    one 1-process and one 2-process job (conftest.py's ``one_and_two``), one after the other (tests/run_many.py),
+    instead of two jobs each.  Each entry is ``fedclust run``'s arguments but ``out=``."""
+    import sys
+
+    sys.path.insert(0, str(GOLDEN))
+    from record import GOLDEN_OVERRIDES
+
+    runs = {f"faults/{name}": [*GOLDEN_OVERRIDES, f"algorithm.name={name}", "checkpoint_every=2", *faults]
+            for name, faults in FAULT_RUNS}
+    # tests/test_run.py: 9 clients over 2 ranks (5 + 4)
+    runs["run/panm_grad"] = ["configs/fmnist_rotation2.yaml", "data.name=synthetic", "data.train_size=40",
+                             "data.test_size=20", "clients=9", "rounds=4", "stage1_rounds=2", "algorithm.k=2",
+                             "algorithm.l=3", "progress=false", "seed=5", "algorithm.name=panm_grad"]
+    # tests/test_centralized.py: IFCA on 11 clients over 2 ranks (6 + 5), half of them taking part
+    runs["centralized/ifca"] = ["configs/fmnist_rotation2.yaml", "data.name=synthetic", "clients=11",
+                                "data.train_size=200", "data.test_size=50", "data.synthetic_dim=1",
+                                "data.synthetic_alpha=0", "data.synthetic_beta=0", "seed=0", "rounds=4",
+                                "progress=false", "figures=false", "model=mlp", "algorithm.name=ifca",
+                                "ifca.restarts=2", "ifca.restart_rounds=1", "participation=0.5"]
+    return runs

@@ -11,9 +11,6 @@ processes.
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -144,26 +141,14 @@ def test_partial_participation_runs(tmp_path, name):
         assert s["models_received_total"] == (6 * 6 + extra_round1) * (sent + 1)
 
 
-def _torchrun(tmp_path, nproc, name, extra):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "fedclust", "run", "configs/fmnist_rotation2.yaml", *SYN, *extra, f"out={tmp_path / name}"]
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return read_metrics(tmp_path / name)
-
-
 @pytest.mark.integration
-def test_one_and_two_processes_agree(tmp_path):
+@pytest.mark.xdist_group("one_and_two")   # launched with the other 1-and-2-process runs (conftest.py)
+def test_one_and_two_processes_agree(one_and_two):
     """IFCA on 11 clients over 2 ranks (6 + 5): every client's choice crosses
     ranks through the gathered start models, and the restarts' objective
     through one all-reduce; half the clients take part, so each rank trains
     only its participants (RoundPlan.trains); same clusters and accuracies."""
-    extra = ["algorithm.name=ifca", "clients=11", "rounds=4", "ifca.restarts=2", "ifca.restart_rounds=1",
-             "participation=0.5"]
-    one = _torchrun(tmp_path, 1, "one", extra)
-    two = _torchrun(tmp_path, 2, "two", extra)
+    one, two = (read_metrics(one_and_two[n] / "centralized" / "ifca") for n in (1, 2))
     assert len(one) == len(two) == 4
     for a, b in zip(one, two):
         assert a["ari"] == pytest.approx(b["ari"], abs=1e-12) and a["num_clusters"] == b["num_clusters"]

@@ -469,33 +469,16 @@ def test_a_run_under_every_fault_killed_on_two_processes_resumes_exactly(tmp_pat
 # rules are tested above one by one, these runs test that their draws do not depend on the processes.
 
 
-@pytest.fixture(scope="session")
-def fault_runs(tmp_path_factory):
-    """Every run of FAULT_RUNS on 1 and on 2 processes: one job of each (tests/run_many.py), the runs one after
-    the other in it.  {process count: the folder holding each run's directory under its algorithm's name}."""
-    from batch import launch_many
-    from test_resume import env, overrides
-
-    root = tmp_path_factory.mktemp("fault_runs")
-    out = {}
-    for nproc in (1, 2):
-        out[nproc] = root / f"p{nproc}"
-        runs = [overrides(name, out[nproc] / name, *faults) for name, faults in FAULT_RUNS]
-        proc = launch_many(nproc, runs, root / f"runs{nproc}.json", env())
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
-
-
 @pytest.mark.integration
-@pytest.mark.xdist_group("fault_runs")   # one worker launches the two jobs for all of them
+@pytest.mark.xdist_group("one_and_two")   # one worker launches the two jobs for all of them (conftest.py)
 @pytest.mark.parametrize("name,faults", FAULT_RUNS, ids=[name for name, _ in FAULT_RUNS])
-def test_runs_under_faults_are_identical_on_one_and_two_processes(fault_runs, name, faults):
+def test_runs_under_faults_are_identical_on_one_and_two_processes(one_and_two, name, faults):
     import json
 
     from test_resume import assert_same_run
 
-    assert_same_run(fault_runs[1] / name, fault_runs[2] / name)
+    assert_same_run(one_and_two[1] / "faults" / name, one_and_two[2] / "faults" / name)
     if any(f.startswith("attack.") for f in faults):
-        summary = json.loads((fault_runs[1] / name / "summary.json").read_text())
+        summary = json.loads((one_and_two[1] / "faults" / name / "summary.json").read_text())
         assert summary["honest_accuracy"] != summary["final_accuracy"]          # the attackers are left out
         assert summary["worst_cluster_accuracy"] <= summary["honest_accuracy"]

@@ -1,8 +1,6 @@
 """End to end: outputs, 1 vs 2 processes, real Fashion-MNIST, bad input."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -96,33 +94,22 @@ def test_cli_check_and_bad_key(tmp_path, capsys):
     assert "algorithm.kk" in err and "algorithm.k" in err
 
 
-def _torchrun(tmp_path, nproc, name, algorithm="random"):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "fedclust", "run", "configs/fmnist_rotation2.yaml", *SMALL, f"algorithm.name={algorithm}",
-           "rounds=4", "clients=9", f"out={tmp_path / name}"]
-    root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "FutureWarning" not in proc.stderr, proc.stderr[-3000:]   # the gather uses torch's current API
-    return read_metrics(tmp_path / name)
-
-
 def _without_times(records):
     return [{k: v for k, v in r.items() if k != "round_seconds"} for r in records]
 
 
-@pytest.mark.parametrize("algorithm", ["panm_grad"])
-def test_one_and_two_processes_agree(tmp_path, algorithm):
+@pytest.mark.xdist_group("one_and_two")   # launched with the other 1-and-2-process runs (conftest.py)
+def test_one_and_two_processes_agree(one_and_two):
     """9 clients over 2 ranks (5 + 4), every process on one thread: every number and neighbour list identical
     (docs/what-it-does.md's claim; tests/test_plugins.py, tests/test_resume.py and tests/test_network.py check it
     for every algorithm on 8 clients, PANMLoss under faults)."""
     import numpy as np
 
-    one = _torchrun(tmp_path, 1, "p1", algorithm=algorithm)
-    two = _torchrun(tmp_path, 2, "p2", algorithm=algorithm)
+    dirs = [one_and_two[n] / "run" / "panm_grad" for n in (1, 2)]
+    assert all("FutureWarning" not in one_and_two["stderr"][n] for n in (1, 2))   # the gather uses torch's API
+    one, two = (read_metrics(d) for d in dirs)
     assert _without_times(one) == _without_times(two)
-    l1, l2 = (np.load(tmp_path / d / "neighbors.npz") for d in ("p1", "p2"))
+    l1, l2 = (np.load(d / "neighbors.npz") for d in dirs)
     assert (l1["final_lists"] >= 0).any()
     assert np.array_equal(l1["final_lists"], l2["final_lists"])
     assert np.array_equal(l1["stage1_counts"], l2["stage1_counts"])
