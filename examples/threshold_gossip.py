@@ -84,7 +84,10 @@ class ThresholdGossip(PeerAlgorithm):
     sections = {"threshold_gossip": ThresholdConfig}   # its keys: threshold_gossip.*
     gathers_before = True   # the similarity needs every model from before local training (view.all_before)
     # Other declarations (see fedclust.algorithms.base.Algorithm): needs_k / needs_l to use algorithm.k /
-    # algorithm.l (checked for you), needs_stages for a stage one of stage1_rounds rounds.
+    # algorithm.l (checked for you), needs_stages for a stage one of stage1_rounds rounds.  It reads whole
+    # models (view.all_after, view.all_before), so it leaves column_exchange False, the default: the config
+    # check refuses exchange_mb for it.  A method that reads the models only through view.blocks() (or no
+    # model at all, as one choosing peers by their reported losses, view.all_loss) sets column_exchange = True.
 
     @classmethod
     def from_config(cls, cfg) -> "ThresholdGossip":

@@ -4,8 +4,9 @@ the core keys (:mod:`fedclust.schema`), the chosen algorithm's own and its
 sections' (:class:`fedclust.algorithms.base.Algorithm.check`), the data —
 before any process group starts or any data is read.
 
-The schema names are re-exported here, so ``from fedclust.config import
-Config, load_config`` is all a script needs.
+The schema's names (:mod:`fedclust.schema`) and the config file's
+(:mod:`fedclust.configfile`) are re-exported here, so ``from fedclust.config
+import Config, load_config`` is all a script needs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 
 from fedclust.algorithms import registry
 from fedclust.algorithms.base import RunFacts
+from fedclust.configfile import dump, parse, parse_override, read_yaml, set_key  # noqa: F401
 from fedclust.data import check_data, dataset
 from fedclust.data.validation import check_share
 from fedclust.dist import (
@@ -43,13 +45,8 @@ from fedclust.schema import (  # noqa: F401
     DataConfig,
     TrainConfig,
     WandbConfig,
-    dump,
     key_records,
     one_of,
-    parse,
-    parse_override,
-    read_yaml,
-    set_key,
     to_dict,
     valid_keys,
     validate_core,

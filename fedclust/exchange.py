@@ -1,5 +1,5 @@
 """The round's one gather, as every algorithm sees it: every client's
-training loss and flags, the labels an algorithm gathers, and the models
+training loss (``view.all_loss``) and flags, the labels an algorithm gathers, and the models
 after (and, for some, before) local training, whole in the same collective
 or in column blocks as the algorithm reads them (config ``exchange_mb``).
 The algorithm gets a :class:`fedclust.algorithms.base.RoundView` and reads
@@ -46,6 +46,8 @@ def exchange(shard: Shard, columns: int, t: int, flat, before, train_loss, flags
         view = RoundView(round=t, before=before, after=flat, all_after=got[0],
                          all_before=got[-1] if before is not None else None)
         got = got[1:1 + len(small)]
+    loss = got[0][:, 0]
+    view.all_loss = loss.clone()   # the peers' reported losses, the algorithm's own copy (view.all_loss)
     if labels is not None:
         view.all_labels = got[2][:, 0].to(torch.int64)
-    return view, got[0][:, 0], got[1][:, 0]
+    return view, loss, got[1][:, 0]

@@ -29,6 +29,7 @@ from safetensors.torch import load_file, save_file
 
 from fedclust import checkpoint
 from fedclust.config import load_algorithms
+from fedclust.configfile import parse
 from fedclust.data import dataset, load_federated
 from fedclust.data.base import PoolDataSet
 from fedclust.data.partition import label_tables, rotation_angles
@@ -46,7 +47,7 @@ from fedclust.models import (
     model_source,
 )
 from fedclust.runmodel import model_spec, run_model
-from fedclust.schema import CORE_KEYS, SECTIONS, Config, parse
+from fedclust.schema import CORE_KEYS, SECTIONS, Config
 from fedclust.trust import check_fingerprint, check_model_file, code_in_config, require_trust
 
 FORMAT = "fedclust-export-2"   # 2: each file's SHA-256 in the manifest, checked on load

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from fedclust import __version__
-from fedclust import schema as config_mod
+from fedclust import __version__, configfile
 from fedclust.errors import ConfigError, OutputError
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json")
@@ -318,7 +317,7 @@ class RunWriter:
             what += [f"kept what fedclust did not write: {shown(kept, 10)}"] if kept else []
             if what:
                 say(f"fedclust: starting afresh in {self.dir}; {'; '.join(what)}")
-        text = config_mod.dump(cfg)
+        text = configfile.dump(cfg)
         write_atomic(self.dir / "config.yaml", lambda tmp: tmp.write_text(text))
         metrics = self.dir / "metrics.jsonl"
         try:

@@ -41,11 +41,11 @@ from typing import NamedTuple
 import numpy as np
 import yaml
 
-from fedclust import figures
+from fedclust import figures, upgrade
 from fedclust.algorithms import registry
 from fedclust.data import registry as data_registry
 from fedclust.runmodel import default_arch
-from fedclust.schema import CORE_KEYS, Config, DataConfig
+from fedclust.schema import CORE_KEYS, DataConfig
 from fedclust.setting import differing, run_setting
 
 # metric (a summary.json field) -> (title, digits shown)
@@ -169,16 +169,7 @@ def load_run(d) -> dict:
     a two-stage method, else None); the data setting read from config.yaml for runs from before summary.json
     recorded it.  Raises ReportError when the directory has no summary.json or an unreadable config.yaml."""
     d = Path(d)
-    p = d / "summary.json"
-    if not d.is_dir():
-        raise ReportError(f"{d}: no such run directory")
-    if not p.is_file():
-        raise ReportError(f"{d}: no summary.json: the run has not finished (it may still be running; a stopped "
-                          f"run resumes when its command runs again with the same out=)")
-    try:
-        s = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"{p}: not valid JSON ({exc})") from None
+    s = _read_summary(d)
     s["_dir"] = str(d)
     s.update(attackers_in_lists(d))
     c = d / "config.yaml"
@@ -190,6 +181,51 @@ def load_run(d) -> dict:
                                                    s.get("data_shards_per_client"), s.get("data_quantity_skew")))
         s["_stage1_rounds"] = None
         return s
+    cfg = _read_config(c)
+    data = cfg.get("data") or {}
+    flat = upgrade.config(cfg)   # today's dotted keys; a key config.yaml lacks reads as runs behaved without it
+    if "true_clusters" not in s:   # runs from before summary.json named the data setting
+        s.update(data=data.get("name", s.get("data") or flat["data.name"]),
+                 data_clusters=flat["data.clusters"], true_clusters=flat["data.num_clusters"])
+
+    def whole(key: str) -> int:
+        x = flat[key]
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise ReportError(f"{c}: {key} is {x!r}, not a whole number; restore the value the run used or "
+                              f"move the run away")
+        return x
+
+    model = flat["model"]
+    options = data.get("options") or {}
+    if not isinstance(options, dict):
+        raise ReportError(f"{c}: data.options is {options!r}, not a mapping; restore the value the run used or "
+                          f"move the run away")
+    s["_setting"] = dict(clients=whole("clients"), rounds=whole("rounds"), train_size=whole("data.train_size"),
+                         model=default_arch(s["data"]) if model == "auto" else str(model),
+                         layout=layout_text(data), options=options_text(options) or None)
+    algorithm = str((cfg.get("algorithm") or {}).get("name", s.get("algorithm")) or "")
+    s["_stage1_rounds"] = figures.stage_one_rounds(algorithm, whole("stage1_rounds"))
+    if s["_full"] is None:   # a run from before summary.json recorded its setting: the same rule on config.yaml
+        s["_full"] = run_setting(cfg, _recorded_inputs(s))
+    return s
+
+
+def _read_summary(d: Path) -> dict:
+    """Run directory ``d``'s summary.json; ReportError when ``d`` or the file is missing, or not JSON."""
+    p = d / "summary.json"
+    if not d.is_dir():
+        raise ReportError(f"{d}: no such run directory")
+    if not p.is_file():
+        raise ReportError(f"{d}: no summary.json: the run has not finished (it may still be running; a stopped "
+                          f"run resumes when its command runs again with the same out=)")
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{p}: not valid JSON ({exc})") from None
+
+
+def _read_config(c: Path) -> dict:
+    """A run's config.yaml as a mapping; ReportError naming the file when it is not YAML or not a mapping."""
     try:
         cfg = yaml.safe_load(c.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -198,36 +234,7 @@ def load_run(d) -> dict:
     if not isinstance(cfg, dict):
         raise ReportError(f"{c}: not a mapping of config keys; restore the run's config.yaml or move the run "
                           f"away")
-    data = cfg.get("data") or {}
-    if "true_clusters" not in s:   # runs from before summary.json named the data setting
-        s.update(data=data.get("name", s.get("data") or DataConfig.name),
-                 data_clusters=data.get("clusters", DataConfig.clusters),
-                 true_clusters=data.get("num_clusters", DataConfig.num_clusters))
-
-    def whole(section: dict, key: str, default, name: str) -> int:
-        # a key missing from config.yaml (written before the key existed) had its default
-        x = section.get(key, default)
-        if isinstance(x, bool) or not isinstance(x, int):
-            raise ReportError(f"{c}: {name} is {x!r}, not a whole number; restore the value the run used or "
-                              f"move the run away")
-        return x
-
-    model = cfg.get("model", Config.model)
-    options = data.get("options") or {}
-    if not isinstance(options, dict):
-        raise ReportError(f"{c}: data.options is {options!r}, not a mapping; restore the value the run used or "
-                          f"move the run away")
-    s["_setting"] = dict(clients=whole(cfg, "clients", Config.clients, "clients"),
-                         rounds=whole(cfg, "rounds", Config.rounds, "rounds"),
-                         train_size=whole(data, "train_size", DataConfig.train_size, "data.train_size"),
-                         model=default_arch(s["data"]) if model == "auto" else str(model),
-                         layout=layout_text(data), options=options_text(options) or None)
-    algorithm = (cfg.get("algorithm") or {}).get("name", s.get("algorithm"))
-    s["_stage1_rounds"] = figures.stage_one_rounds(algorithm, whole(cfg, "stage1_rounds", Config.stage1_rounds,
-                                                                    "stage1_rounds"))
-    if s["_full"] is None:   # a run from before summary.json recorded its setting: the same rule on config.yaml
-        s["_full"] = run_setting(cfg, _recorded_inputs(s))
-    return s
+    return cfg
 
 
 def attackers_in_lists(d: Path) -> dict:

@@ -1,6 +1,9 @@
 """Checkpoints of earlier fedclust versions, brought to today's form before
-a run resumes from them.  Every conversion of an older checkpoint lives
-here, and nowhere else: the loop state and the algorithms read only
+a run resumes from them.  Every conversion of an older checkpoint starts
+here: the steps of the whole checkpoint (the loop's own arrays) live here,
+and an algorithm's state is converted by the algorithm itself
+(:meth:`fedclust.algorithms.base.Algorithm.upgrade_state`), so that the
+core names no algorithm.  The loop state and the algorithms read only
 today's form.
 
 Each step says what changed, works on the whole payload as saved (rows of
@@ -17,14 +20,8 @@ from __future__ import annotations
 import torch
 
 from fedclust.algorithms.base import Algorithm
-from fedclust.algorithms.fixtopology import FixTopology
-from fedclust.algorithms.fpfc import Fpfc, from_literal
-from fedclust.algorithms.panm import PANM
 from fedclust.algorithms.peer_counts import from_matrix
-from fedclust.algorithms.pens import PENS
-from fedclust.errors import ConfigError
 from fedclust.lists import index_lists
-from fedclust.peers import mask_indices, unpack_bits
 from fedclust.schema import RENAMED_KEYS, absent_key_values, flatten
 
 
@@ -54,16 +51,10 @@ def checkpoint(payload: dict, algo: Algorithm) -> dict:
 
 def algorithm_state(saved: dict, algo: Algorithm, n: int) -> dict:
     """An algorithm's saved state (``{"clients": {field: [n, ...] rows}, "server": {...}}``, every client's
-    rows) in today's form for ``algo``, a run of ``n`` clients; a new dict, the tensors shared."""
+    rows) in today's form for ``algo``, a run of ``n`` clients (its :meth:`Algorithm.upgrade_state`); a new
+    dict, the tensors shared."""
     clients, server = dict(saved["clients"]), dict(saved["server"])
-    if isinstance(algo, (PANM, PENS)):
-        _similarity_kept_on_the_pool(clients, server)
-    if isinstance(algo, FixTopology):
-        _fixed_peers_as_indices(clients)
-    if isinstance(algo, PENS):
-        _pens_counts_as_lists(clients, algo, n)
-    if isinstance(algo, Fpfc):
-        _fpfc_compact_pairs(clients, server, algo, n)
+    algo.upgrade_state(clients, server, n)
     return {"clients": clients, "server": server}
 
 
@@ -84,39 +75,3 @@ def _run_time(payload: dict) -> None:
     """Before the run's compute time was kept: its rounds' own times (start-up left out), one process."""
     payload.setdefault("run_seconds", sum(r.get("round_seconds") or 0.0 for r in payload["history"]))
     payload.setdefault("starts", 1)
-
-
-def _similarity_kept_on_the_pool(clients: dict, server: dict) -> None:
-    """PANM and PENS kept the last round's ``[n, n]`` float32 similarities; now they keep the pool's, per round."""
-    clients.pop("last_similarity", None)
-    server.pop("last_similarity", None)
-
-
-def _fixed_peers_as_indices(clients: dict) -> None:
-    """FixTopology kept its fixed peers as a bool ``[n, n]`` mask; now as ``[n, k]`` indices (the same peers)."""
-    peers = clients["peers"]
-    if isinstance(peers, dict):   # a bool mask, packed as checkpoints hold masks
-        peers = unpack_bits(peers["bits"], int(peers["width"]))
-    if peers.dtype == torch.bool:
-        clients["peers"] = mask_indices(peers)[0]
-
-
-def _pens_counts_as_lists(clients: dict, algo: PENS, n: int) -> None:
-    """PENS kept its stage-one counts as an ``[n, n]`` int64 table; now as count lists of ``count_width`` slots."""
-    if "count_peers" not in clients:
-        clients["count_peers"], clients["counts"] = from_matrix(clients["counts"], algo.count_width(n))
-
-
-def _fpfc_compact_pairs(clients: dict, server: dict, algo: Fpfc, n: int) -> None:
-    """FPFC kept θ and v as literal ``[E, P]`` pair arrays; now in the compact layout (θ rows per client, one
-    c per pair, v = c·θ: :func:`fedclust.algorithms.fpfc.from_literal`)."""
-    if "v" not in server:
-        return
-    theta, v = server.pop("theta"), server.pop("v")
-    try:
-        rows, diam, ratio, norms = from_literal(theta, v, n, 0, n, algo.fpfc.rho)
-    except ValueError as exc:
-        raise ConfigError("resume", "fpfc checkpoint", f"its pair state cannot be converted to the compact layout "
-                          f"({exc}); start afresh with overwrite=true") from exc
-    clients["theta_rows"] = rows
-    server.update(theta_diam=diam, ratio=ratio, norms=norms)

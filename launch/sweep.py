@@ -204,7 +204,7 @@ class Sweep:
     @property
     def tracked(self) -> bool:
         """Some run has ``wandb.enabled=true`` (from the command or a parameter)."""
-        from fedclust.schema import parse_override
+        from fedclust.configfile import parse_override
 
         words = list(self.fixed) + [f"{p.name}={v}" for p in self.parameters if p.distribution in GRID_DISTRIBUTIONS
                                     for v in p.grid_values()]

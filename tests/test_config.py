@@ -377,8 +377,8 @@ def test_yaml_booleans_for_a_word_name_the_word():
 
 
 def _messages():
-    """``(file, line, field, texts)`` of every ConfigError, one_of, finite and at_least call in fedclust/ whose
-    field is a string literal; ``texts`` are the string pieces of its other arguments."""
+    """``(file, line, field, texts)`` of every ConfigError, one_of, finite, at_least and within call in fedclust/
+    whose field is a string literal; ``texts`` are the string pieces of its other arguments."""
     import ast
 
     root = Path(__file__).resolve().parent.parent / "fedclust"
@@ -387,7 +387,7 @@ def _messages():
             if not isinstance(node, ast.Call):
                 continue
             name = getattr(node.func, "id", getattr(node.func, "attr", None))
-            if name not in ("ConfigError", "one_of", "finite", "at_least") or not node.args:
+            if name not in ("ConfigError", "one_of", "finite", "at_least", "within") or not node.args:
                 continue
             field = node.args[0]
             if not (isinstance(field, ast.Constant) and isinstance(field.value, str)):

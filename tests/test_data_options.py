@@ -9,9 +9,10 @@ import torch
 import yaml
 
 from fedclust import checkpoint
+from fedclust.configfile import dump, parse
 from fedclust.data import check_data, load_federated, registry
 from fedclust.errors import ConfigError
-from fedclust.schema import DataConfig, dump, parse, to_dict
+from fedclust.schema import DataConfig, to_dict
 
 
 class FakeBase:

@@ -144,6 +144,7 @@ LAYERS = [
     {"fedclust.errors", "fedclust.rng", "fedclust.importing", "fedclust.lists", "fedclust.sizes", "fedclust.registry",
      "fedclust.__version__"},
     {"fedclust.schema"},
+    {"fedclust.configfile"},                  # reading a config file and overrides into the schema's keys
     # the engine trains a built model (a Net), never names one: below the models
     {"fedclust.engine", "fedclust.dist", "fedclust.identity", "fedclust.metrics", "fedclust.peers", "fedclust.network",
      "fedclust.attack", "fedclust.theory", "fedclust.progress"},
@@ -209,7 +210,7 @@ FORBIDDEN_IN_ALGORITHMS = ("torch.distributed", "fedclust.dist", "fedclust.model
 def test_no_algorithm_touches_the_transport_or_builds_a_model():
     """Algorithms get the round's models through the view, collectives through ``ctx.all_reduce`` and the model
     through RunFacts: none imports (or names) torch.distributed, fedclust.dist or fedclust.models."""
-    for path in sorted((ROOT / "fedclust" / "algorithms").glob("*.py")):
+    for path in sorted((ROOT / "fedclust" / "algorithms").rglob("*.py")):   # an algorithm's package too (fpfc/)
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
@@ -221,6 +222,38 @@ def test_no_algorithm_touches_the_transport_or_builds_a_model():
 
 def _in(module: str, packages) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+# The modules of fedclust.algorithms that the rest of fedclust may import: the contract (base), the registry, and
+# the math several methods share.  Every other module there is one algorithm's, or a part of one (the fpfc
+# package): the core names no algorithm (a checkpoint's older state is the algorithm's own upgrade_state).
+SHARED_ALGORITHM_MODULES = (
+    "fedclust.algorithms",               # the package itself (the registry walks it)
+    "fedclust.algorithms.base",          # Algorithm, PeerAlgorithm, Context, RoundView, RunFacts, ...
+    "fedclust.algorithms.registry",
+    "fedclust.algorithms.aggregation",   # participation, averages, the gossip
+    "fedclust.algorithms.peer_counts",   # stage-one counts (the loop state keeps them)
+    "fedclust.algorithms.similarity",    # PANM's similarities (fedclust bench-scale sizes their blocks)
+    "fedclust.algorithms.cluster_models",   # several models per client or cluster (IFCA, DFCA, Facade, FedSPD)
+    "fedclust.algorithms.heads",         # a personal head and a graph of a method's own (DePRL, Facade, FedSPD)
+)
+
+
+def test_no_module_outside_the_algorithms_imports_a_specific_algorithm():
+    """Outside fedclust/algorithms/ (the runner, checkpoints, upgrade, report, bench, CLI, launch) only the
+    shared modules are imported; a module that defines a registered algorithm is never one of them."""
+    registry.load_builtin()
+    defining = {cls.__module__ for cls in registry.classes() if cls.__module__.startswith("fedclust.algorithms.")}
+    assert len(defining) >= 15 and not any(_in(m, SHARED_ALGORITHM_MODULES[1:]) for m in defining), defining
+    outside = [p for p in sorted((ROOT / "fedclust").rglob("*.py")) + sorted((ROOT / "launch").rglob("*.py"))
+               if not _in(str(p.relative_to(ROOT))[:-3].replace(os.sep, "."), ("fedclust.algorithms",))]
+    assert len(outside) > 50
+    for path in outside:
+        for target, _ in _imports(path):
+            if _in(target, ("fedclust.algorithms",)):
+                assert target in SHARED_ALGORITHM_MODULES, \
+                    f"{path.relative_to(ROOT)} imports {target}, a specific algorithm's module: give the core a " \
+                    "hook on Algorithm instead (as upgrade_state), or move what it needs into a shared module"
 
 
 def test_nothing_in_the_product_imports_the_tools():

@@ -23,7 +23,7 @@ import torch
 from fedclust.algorithms.aggregation import gossip_view, own, own_mask
 from fedclust.engine.layout import ParamLayout
 from fedclust.errors import ConfigError
-from fedclust.network import Delivery, Graph, Reach, delivered, regular_graph, within
+from fedclust.network import Delivery, Graph, Reach, delivered, within
 from fedclust.peers import PeerIndex, peer_counts
 from fedclust.schema import check_choices
 
@@ -62,6 +62,30 @@ class RunFacts:
     free_memory: Callable[[], tuple[int, str]] = _no_memory
 
 
+LOSS_FUNCTIONS = ("pair_loss", "pool_loss", "sample_loss")   # the Context's loss functions, by field name
+
+
+class LossNotGiven:
+    """What a :class:`Context` holds for a loss function its maker did not give (a test's fake Context): calling
+    it raises ValueError naming the function, instead of ``'NoneType' object is not callable``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: Any) -> torch.Tensor:
+        raise ValueError(f"ctx.{self.name} was not given: the runner gives every Context the engine's loss "
+                         f"functions, and a Context made by hand (a test's) must give {self.name}= to an algorithm "
+                         "that reads it")
+
+    def __repr__(self) -> str:
+        return f"LossNotGiven({self.name!r})"
+
+
+def loss_given(fn: Callable | None) -> bool:
+    """Whether a Context's loss function was given (neither None nor :class:`LossNotGiven`)."""
+    return fn is not None and not isinstance(fn, LossNotGiven)
+
+
 @dataclass
 class Context:
     """Static facts of one run on one rank."""
@@ -74,15 +98,20 @@ class Context:
     stage1_rounds: int
     w0: torch.Tensor             # [P] common initial weights
     device: torch.device
+    # The engine's losses on this rank's clients' training data; the runner gives all three.  A Context made by
+    # hand (a test's) that leaves one out (or gives None) holds a LossNotGiven, which raises ValueError naming it
+    # when called (loss_given tells them apart).
     # loss of models on the training sets of this rank's clients:
     # (models [M, P], local client index [M]) -> mean cross-entropy [M]
-    pair_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    pair_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = field(
+        default_factory=lambda: LossNotGiven("pair_loss"))
     # the same losses grouped by client (faster): (models [M, P], peers [C, m] indices
     # into models) -> [C, m], row c on this rank's client c's training set
-    pool_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    pool_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = field(
+        default_factory=lambda: LossNotGiven("pool_loss"))
     # the loss of each own client's model on each of its training examples: models [C, P] -> [C, N], +inf at a
     # padding position (fedclust.engine.train.sample_losses)
-    sample_loss: Callable[[torch.Tensor], torch.Tensor] | None = None
+    sample_loss: Callable[[torch.Tensor], torch.Tensor] = field(default_factory=lambda: LossNotGiven("sample_loss"))
     # [C] int64: the training examples each own client holds, and the width N of the training data's rows
     # ([C, N, ...], padding beyond a client's examples); None / 0 where not given
     train_examples: torch.Tensor | None = None
@@ -106,6 +135,11 @@ class Context:
     # averages the others; () shares everything
     personal: tuple[tuple[int, int], ...] = ()
 
+    def __post_init__(self) -> None:
+        for name in LOSS_FUNCTIONS:   # None (a test's "not given") reads as not given
+            if getattr(self, name) is None:
+                setattr(self, name, LossNotGiven(name))
+
     @property
     def own_rows(self) -> slice:
         """This rank's clients as a slice of the gathered ``[n, ...]`` rows
@@ -122,21 +156,38 @@ class Context:
         return own_mask(self.client_ids.to(self.device), self.n)
 
 
-@dataclass
+BLOCKS_NOT_WHOLE = ("the round's models came in column blocks (exchange_mb), not whole: an algorithm that reads "
+                    "whole models (view.all_after, view.all_before, view.whole_after()) leaves column_exchange False, "
+                    "and the config check then refuses exchange_mb for it; one that declares column_exchange = True "
+                    "reads them through view.blocks()")
+
+
 class RoundView:
     """What the round's single all-gather makes visible.  Every client's
     models are read through :meth:`blocks`, whether the exchange brought
     them whole (one block) or a column block at a time (config
-    ``exchange_mb``; ``columns`` then reads them, one gather a block)."""
+    ``exchange_mb``; ``columns`` then reads them, one gather a block).
+    :attr:`all_after` and :attr:`all_before` are the whole models, for an
+    algorithm that does not declare ``column_exchange``: ValueError when the
+    round came in blocks."""
 
-    round: int                          # 1-based
-    before: torch.Tensor | None         # [C, P] this rank's models before local training (gathers_before only)
-    after: torch.Tensor                 # [C, P] after local training
-    all_after: torch.Tensor | None = None   # [n, P] every client's model after local training (None: in blocks)
-    all_before: torch.Tensor | None = None  # [n, P], only if the algorithm sets gathers_before (None: in blocks)
-    all_labels: torch.Tensor | None = None  # [n] int64 every client's RoundPlan.labels (gathers_labels only)
-    # The exchange in column blocks (config exchange_mb); None: the models came whole.
-    columns: ColumnReader | None = None
+    def __init__(self, round: int, before: torch.Tensor | None, after: torch.Tensor,
+                 all_after: torch.Tensor | None = None, all_before: torch.Tensor | None = None,
+                 all_labels: torch.Tensor | None = None, columns: ColumnReader | None = None,
+                 all_loss: torch.Tensor | None = None) -> None:
+        self.round = round                # 1-based
+        self.before = before              # [C, P] this rank's models before local training (gathers_before only)
+        self.after = after                # [C, P] after local training
+        self._all_after = all_after       # [n, P] every client's model after local training (None: in blocks)
+        self._all_before = all_before     # [n, P], only if the algorithm sets gathers_before (None: in blocks)
+        self.all_labels = all_labels      # [n] int64 every client's RoundPlan.labels (gathers_labels only)
+        # The exchange in column blocks (config exchange_mb); None: the models came whole.
+        self.columns = columns
+        self._all_loss = all_loss         # [n] every client's mean training loss this round (NaN: it did not train)
+
+    def __repr__(self) -> str:
+        how = "whole" if self.whole else "in column blocks"
+        return f"RoundView(round={self.round}, {len(self.after)} own clients, models {how})"
 
     @property
     def whole(self) -> bool:
@@ -148,13 +199,43 @@ class RoundView:
         """P, the columns of a model."""
         return int(self.columns.width if self.columns is not None else self.after.shape[1])
 
+    @property
+    def all_after(self) -> torch.Tensor:
+        """``[n, P]`` every client's model after local training, for an algorithm that reads whole models (it
+        leaves ``column_exchange`` False); ValueError when the round came in column blocks (``exchange_mb``)."""
+        if self.columns is not None:
+            raise ValueError(BLOCKS_NOT_WHOLE)
+        if self._all_after is None:
+            raise ValueError("the round's view holds no models after training (a RoundView made by hand, a "
+                             "test's, gives all_after=)")
+        return self._all_after
+
+    @property
+    def all_before(self) -> torch.Tensor | None:
+        """``[n, P]`` every client's model before local training (None: the algorithm does not set
+        ``gathers_before``, or the gossip has let go of them); ValueError when the round came in column blocks."""
+        if self.columns is not None:
+            raise ValueError(BLOCKS_NOT_WHOLE)
+        return self._all_before
+
+    @property
+    def all_loss(self) -> torch.Tensor:
+        """``[n]`` every client's mean training loss this round, as each reported it in the round's gather (NaN
+        where a client did not train: not a participant, offline), the same on every process; whole or in column
+        blocks alike.  ValueError on a RoundView made by hand without it (a test's: ``all_loss=``)."""
+        if self._all_loss is None:
+            raise ValueError("the round's view holds no training losses (a RoundView made by hand, a test's, gives "
+                             "all_loss=)")
+        return self._all_loss
+
+    @all_loss.setter
+    def all_loss(self, value: torch.Tensor) -> None:
+        self._all_loss = value
+
     def whole_after(self) -> torch.Tensor:
-        """``all_after`` ([n, P], every client's model after local training), for an algorithm that reads whole
-        models; ValueError when the exchange came in column blocks (refused by the config checks for an
+        """:attr:`all_after` ([n, P], every client's model after local training), for an algorithm that reads
+        whole models; ValueError when the exchange came in column blocks (refused by the config checks for an
         algorithm that does not declare ``column_exchange``)."""
-        if self.all_after is None:
-            raise ValueError("the round's models came in column blocks (exchange_mb), not whole: the algorithm "
-                             "reads whole models, so the exchange in column blocks is refused for it")
         return self.all_after
 
     def gathered_labels(self) -> torch.Tensor:
@@ -172,17 +253,18 @@ class RoundView:
         if self.columns is not None:
             yield from self.columns.blocks(names)
             return
-        got = {k: getattr(self, f"all_{k}") for k in names}
+        whole = {"after": self._all_after, "before": self._all_before}
+        got = {k: whole.get(k) for k in names}
         missing = [k for k, v in got.items() if v is None]
         if missing:
             raise ValueError(f"the round's gather holds no {missing[0]!r} models: an algorithm that reads them "
                              "declares gathers_before")
-        yield 0, self.width, got
+        yield 0, self.width, {k: v for k, v in got.items() if v is not None}
 
     def drop_before(self) -> None:
         """Let go of the models from before training (the gossip needs only the new ones): one [n, P] less, or
         one [C, P], at the gossip's peak."""
-        self.before = self.all_before = None
+        self.before = self._all_before = None
         if self.columns is not None:
             self.columns.parts.pop("before", None)
 
@@ -342,7 +424,9 @@ class Algorithm:
     # (view.all_labels: a client's cluster, say).
     gathers_labels: ClassVar[bool] = False
     # Its aggregate reads the gathered models only through view.blocks, never a whole model of another client,
-    # so the exchange may come in column blocks (config exchange_mb).
+    # so the exchange may come in column blocks (config exchange_mb).  An algorithm opts in: False by default,
+    # a PeerAlgorithm's too (its gossip reads blocks, but its select may read view.all_after); with False the
+    # config check refuses exchange_mb for it, and view.all_after / all_before are always there.
     column_exchange: ClassVar[bool] = False
     # "peer": clients average with peers (PeerAlgorithm); "server": a server aggregates.
     topology: ClassVar[Literal["peer", "server"]] = "server"
@@ -507,6 +591,17 @@ class Algorithm:
         rows, server = split_state(state)
         return {"clients": rows, "server": server}
 
+    def upgrade_state(self, clients: dict, server: dict, n: int) -> None:
+        """Bring the algorithm's state in a checkpoint of an earlier version to today's form, in place (a
+        dropped field, a changed layout): :func:`fedclust.upgrade.checkpoint` calls it before
+        :meth:`load_state_dict`, on every process alike.
+
+        Parameters: ``clients``, ``{field: [n, ...] rows}`` of every client in global client order (bool masks
+        packed as checkpoints hold them, :func:`fedclust.peers.pack_bits`), and ``server``, ``{field: value}``,
+        both as saved (dicts of the caller's own, whose tensors are the checkpoint's: replace an entry, never
+        write into its tensor); ``n``, the run's clients.  Each step leaves a state already in today's form as
+        it is.  Default: nothing (the state has never changed form)."""
+
     def load_state_dict(self, ctx: Context, saved: dict) -> State:
         """The state of a checkpoint, on a run of any number of processes.
 
@@ -529,6 +624,17 @@ class Algorithm:
         return dataclasses.replace(template, **{k: v for k, v in values.items() if k in kept})
 
 
+class ServerMethod(Algorithm):
+    """A server algorithm whose fields are its config sections, each named as its section, and
+    ``participation`` (config ``participation``, the share of clients that train a round): :meth:`from_config`
+    builds it from those keys (FedAvg, FedProx, CFL, FedGroup, FedGrouProx)."""
+
+    @classmethod
+    def from_config(cls, cfg) -> "Algorithm":
+        build: Callable[..., Algorithm] = cls
+        return build(participation=cfg.participation, **{section: getattr(cfg, section) for section in cls.sections})
+
+
 def keep_rows(old: State, new: State, keep: torch.Tensor) -> State:
     """``new`` with the per-client rows (:func:`client_rows` fields) of the
     clients where ``keep`` (bool ``[C]``) holds taken from ``old``: what a
@@ -549,30 +655,6 @@ def keep_rows(old: State, new: State, keep: torch.Tensor) -> State:
         k = keep.to(b.device).view(-1, *([1] * (b.dim() - 1)))
         changes[f.name] = torch.where(k, a, b)
     return dataclasses.replace(new, **changes)
-
-
-def graph_neighbours(ctx: Context, t: int, degree: int, stream: str, epoch: int | None = None) -> PeerIndex:
-    """Every neighbour of round ``t``'s graph for this process's clients (``network.graph``); on the complete graph
-    a random ``degree``-regular graph of the method's own, drawn from (seed, ``epoch`` (default t), ``stream``), the
-    same on every process: DePRL's, Facade's and FedSPD's peers."""
-    g = ctx.graph(t)
-    if g is None:
-        g = regular_graph(ctx.n, degree, ctx.seed, t if epoch is None else epoch, stream)
-    lo, hi = ctx.own_rows.start, ctx.own_rows.stop
-    return PeerIndex(g.idx[lo:hi].to(ctx.device), g.valid[lo:hi].to(ctx.device), ctx.n)
-
-
-def head_tensors(field: str, names: list, layout: ParamLayout) -> tuple[int, ...]:
-    """The indices of a head's tensors (``names`` as :meth:`ParamLayout.select` takes them), checked: named among the
-    model's, and not every one of them (a body or core is left to share); ConfigError naming ``field``."""
-    try:
-        picked = layout.select(names)
-    except ValueError as e:
-        raise ConfigError(field, names, f"{e}; give names, module prefixes or head") from None
-    if len(picked) == len(layout.names):
-        raise ConfigError(field, names, f"is the whole model ({', '.join(layout.names)}), leaving nothing to "
-                          "share: name fewer tensors, or use a model of several layers (model=mlp)")
-    return picked
 
 
 def keep_personal(models: torch.Tensor, own: torch.Tensor, personal: tuple[tuple[int, int], ...]) -> torch.Tensor:
@@ -609,7 +691,6 @@ class PeerAlgorithm(Algorithm):
 
     topology: ClassVar[Literal["peer", "server"]] = "peer"
     choice_masks: ClassVar[bool] = True   # a select that returns a PeerIndex sets False
-    column_exchange = True   # the gossip average is column by column; a select reading whole models sets False
     personal_layers = True   # the base aggregate keeps ctx.personal's columns as each client trained them
 
     def select(self, state: State, ctx: Context, view: RoundView) -> tuple[State, Choice]:
@@ -653,3 +734,20 @@ class PeerAlgorithm(Algorithm):
             averaged=averaged,
             received=received,
         )
+
+
+@dataclass
+class KPeers(PeerAlgorithm):
+    """A peer method whose one field is ``algorithm.k``, the peers each client averages with, chosen as index
+    lists (Random, Oracle, FixTopology).  It reads no model of another client: the gossip average is column by
+    column, so the exchange may come in column blocks."""
+
+    k: int   # algorithm.k
+
+    needs_k = True
+    choice_masks = False      # its choice is k index lists a client (fedclust.peers.PeerIndex)
+    column_exchange = True    # the gossip average reads the models through view.blocks
+
+    @classmethod
+    def from_config(cls, cfg) -> "KPeers":
+        return cls(k=cfg.algorithm.k)

@@ -21,7 +21,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
 from fedclust.algorithms.aggregation import check_weights, cluster_average, own, participants, trainers
-from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
+from fedclust.algorithms.base import Context, RoundPlan, RoundView, ServerMethod, server_result
 from fedclust.algorithms.registry import register
 from fedclust.data.validation import check_share
 from fedclust.errors import ConfigError
@@ -296,7 +296,7 @@ class CflConfig:
 
 @register
 @dataclass
-class Cfl(Algorithm):
+class Cfl(ServerMethod):
     """CFL's round, as the authors' reference code runs it (docs/algorithms.md, "CFL")."""
 
     cfl: CflConfig = field(default_factory=CflConfig)
@@ -309,10 +309,6 @@ class Cfl(Algorithm):
     paper_results = {("synthetic", None, 4): (86.60, 0.05)}
     extra_accuracies = (BEST_OF_LINEAGE,)
     validation_key = "cfl.validation"
-
-    @classmethod
-    def from_config(cls, cfg) -> "Cfl":
-        return cls(cfg.cfl, cfg.participation)
 
     @property
     def validation_share(self) -> float:
@@ -333,8 +329,6 @@ class Cfl(Algorithm):
         labels, sibling = own(ctx, state.labels), own(ctx, state.pending)
         rows = (sibling >= 0).nonzero().flatten()        # this rank's pending clients
         if rows.numel():
-            if ctx.pair_loss is None:
-                raise ValueError("CFL with participation < 1 needs ctx.pair_loss to place absent clients after a split")
             loss_a = ctx.pair_loss(state.models[labels[rows]], rows)
             loss_b = ctx.pair_loss(state.models[sibling[rows]], rows)
             labels = labels.clone()

@@ -1,7 +1,8 @@
 """Several models per client or per cluster, shared by the methods that keep
-them (IFCA's K cluster models on the server; DFCA's k models on every
-client): their common initialisations, the loss of each on a client's
-training set, and the choice of the model of lowest loss.
+them (IFCA's K cluster models on the server; DFCA's k models and Facade's k
+heads on every client): their common initialisations, the loss of each on a
+client's training set, the choice of the model of lowest loss, the merge of
+the copies peers send, and a round's result and best-of-k accuracy.
 
 Shapes: models ``[K, P]`` (or ``[C, K, P]``, one bank per client), losses
 ``[C, K]``, choices int64 ``[C]``.
@@ -9,10 +10,14 @@ Shapes: models ``[K, P]`` (or ``[C, K, P]``, one bank per client), losses
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from fedclust import rng
-from fedclust.algorithms.base import Context
+from fedclust.algorithms.base import Context, RoundResult
+from fedclust.network import keep_peers
+from fedclust.peers import PeerIndex
 
 INIT_STREAM = "ifca_init"   # rng stream of IFCA's cluster models' init seeds (DFCA names its own)
 
@@ -55,8 +60,6 @@ def cluster_inits(w0: torch.Tensor, K: int, seed: int, init, restart: int = 0,
 def loss_matrix(ctx: Context, models: torch.Tensor) -> torch.Tensor:
     """``[C, K]``: mean training loss of cluster model k on this rank's
     client c (``ctx.pair_loss``, one vectorized call per cluster)."""
-    if ctx.pair_loss is None:
-        raise ValueError("IFCA needs ctx.pair_loss (the engine's loss of models on the clients' training sets)")
     C = len(ctx.client_ids)
     local = torch.arange(C, device=models.device)
     return torch.stack([ctx.pair_loss(models[k].expand(C, -1), local) for k in range(models.shape[0])], dim=1)
@@ -66,9 +69,6 @@ def bank_losses(ctx: Context, bank: torch.Tensor) -> torch.Tensor:
     """``[C, K]``: mean training loss of model k of each client's own bank
     (``bank [C, K, P]``) on that client's training set (``ctx.pair_loss``,
     one vectorized call per k)."""
-    if ctx.pair_loss is None:
-        raise ValueError("a bank of models needs ctx.pair_loss (the engine's loss of models on the clients' "
-                         "training sets)")
     C = bank.shape[0]
     local = torch.arange(C, device=bank.device)
     return torch.stack([ctx.pair_loss(bank[:, k], local) for k in range(bank.shape[1])], dim=1)
@@ -115,3 +115,30 @@ def merge_copies(bank: torch.Tensor, partners, labels: torch.Tensor, view, colum
                     out[:, c, at] = sums.add_(bank[:, c, at]).div_((1 + count).to(bank.dtype)[:, None])
     return out
 
+
+def chosen_model_result(models: torch.Tensor, peers: PeerIndex, labels: torch.Tensor,
+                        mine: torch.Tensor) -> RoundResult:
+    """The round's result of a peer method whose clients keep k models and each choose one (DFCA, Facade):
+    ``models [C, P]`` held, the ``peers`` averaged with (index lists), every client's choice ``labels [n]`` as
+    the assignment, and as neighbour lists the peers that chose as the client did (``mine [C]``, its choice)."""
+    same = peers.valid & (labels[peers.idx] == mine[:, None])
+    return RoundResult(
+        models=models,
+        lists=keep_peers(peers, same),
+        averaged=peers,
+        assignment=labels,
+        received=peers.counts(),
+    )
+
+
+def best_of_k(accuracy: torch.Tensor, bank: torch.Tensor, data, score,
+              model: Callable[[int], torch.Tensor]) -> torch.Tensor:
+    """``[C]`` each client's best test accuracy over its k models (an oracle figure: it picks by the test set):
+    ``accuracy [C]``, that of the model it holds; ``bank [C, k, ...]``, what it keeps; ``model(j)`` its model j
+    ``[C, P]``; ``score`` as :meth:`fedclust.algorithms.base.Algorithm.extra_accuracy` gives it."""
+    best = accuracy.clone()
+    C = bank.shape[0]
+    for j in range(bank.shape[1]):   # k evaluations of every client's test set
+        acc = score(model(j), data.test_x, data.test_y, data.test_counts)[0].to(best.dtype)
+        best = torch.maximum(best, acc[:C])
+    return best

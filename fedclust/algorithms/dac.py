@@ -172,7 +172,7 @@ class Dac(PeerAlgorithm):
     report_position = 15
     needs_k = True
     choice_masks = False      # index lists of k pulls a client
-    column_exchange = False   # it scores its pulls by their whole models' loss on its own data
+    # column_exchange stays False: it scores its pulls by their whole models' loss on its own data
     sections = {"dac": DacConfig}
     pair_bytes = 5            # s float32 and asked bool, [n, n] on every process
 

@@ -31,19 +31,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedclust.algorithms.base import (
-    Context,
-    PeerAlgorithm,
-    RoundPlan,
-    RoundResult,
-    RoundView,
-    RunFacts,
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundPlan, RoundResult, RoundView, RunFacts
+from fedclust.algorithms.heads import (
+    check_degree,
+    check_head,
+    degree_option,
     graph_neighbours,
+    head_option,
     head_tensors,
 )
 from fedclust.algorithms.registry import register
-from fedclust.errors import ConfigError
-from fedclust.network import check_regular_degree
 from fedclust.peers import PeerIndex
 from fedclust.schema import at_least, option
 
@@ -52,22 +49,18 @@ from fedclust.schema import at_least, option
 class DeprlConfig:
     """The ``deprl`` section (docs/algorithms.md, "DePRL")."""
 
-    head: list = option(help="the personal head: tensor names, module prefixes or head (the model's last layer); "
-                             "the rest is the shared body", factory=lambda: ["head"])
+    head: list = head_option("the personal head: tensor names, module prefixes or head (the model's last layer); "
+                             "the rest is the shared body")
     head_epochs: int = option(3, "epochs of the head a round, the body frozen (the reference's E_h = 3), >= 1")
     body_epochs: int = option(1, "epochs of the body a round after the head's, the head frozen (the reference's "
                                  "1), >= 1")
-    degree: int = option(4, "on network.graph=complete: the degree of the random regular graph drawn each round "
-                            "(the Facade benchmark's 4); a given network.graph is used as it is")
+    degree: int = degree_option("the Facade benchmark")
 
     def validate(self, cfg) -> None:
         at_least("deprl.head_epochs", self.head_epochs, 1, "the head trains at least one epoch a round")
         at_least("deprl.body_epochs", self.body_epochs, 1, "the body trains at least one epoch a round")
-        if not isinstance(self.head, list) or not self.head or not all(isinstance(x, str) and x for x in self.head):
-            raise ConfigError("deprl.head", self.head, "must be a non-empty list of parameter names, module prefixes "
-                              "or head, e.g. deprl.head=[head]")
-        if cfg.network.graph == "complete":
-            check_regular_degree("deprl.degree", self.degree, cfg.clients)
+        check_head("deprl", self.head)
+        check_degree("deprl", self.degree, cfg)
 
 
 @register
@@ -83,6 +76,7 @@ class Deprl(PeerAlgorithm):
     name = "deprl"
     report_position = 17
     choice_masks = False   # index lists: the round's graph neighbours
+    column_exchange = True   # the gossip of the body reads the models through view.blocks
     sections = {"deprl": DeprlConfig}
 
     @classmethod

@@ -40,7 +40,14 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.base import Context, PeerAlgorithm, RoundPlan, RoundResult, RoundView, RunFacts, client_rows
-from fedclust.algorithms.cluster_models import assign_clusters, bank_losses, cluster_inits, merge_copies
+from fedclust.algorithms.cluster_models import (
+    assign_clusters,
+    bank_losses,
+    best_of_k,
+    chosen_model_result,
+    cluster_inits,
+    merge_copies,
+)
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
 from fedclust.network import delivered, keep_peers, within
@@ -127,6 +134,7 @@ class Dfca(PeerAlgorithm):
     name = "dfca"
     report_position = 16
     choice_masks = False    # index lists: the round's partners
+    column_exchange = True  # its merge of k models reads the partners' models through view.blocks
     gathers_labels = True   # every client's a_j travels with the models
     sections = {"dfca": DfcaConfig}
     cluster_count_key = "dfca.clusters"
@@ -187,22 +195,10 @@ class Dfca(PeerAlgorithm):
         if delivery is not None:   # a client offline did nothing: its bank stays
             offline = ~delivery.own_online().to(ctx.device)
             bank[offline] = state.bank[offline]
-        same = partners.valid & (labels[partners.idx] == mine[:, None])
-        return DfcaState(bank=bank), RoundResult(
-            models=bank[rows, mine].contiguous(),
-            lists=keep_peers(partners, same),
-            averaged=partners,
-            assignment=labels,
-            received=partners.counts(),
-        )
+        return DfcaState(bank=bank), chosen_model_result(bank[rows, mine].contiguous(), partners, labels, mine)
 
     def extra_accuracy(self, state: DfcaState, ctx: Context, data, models: torch.Tensor, accuracy: torch.Tensor,
                        score) -> dict[str, torch.Tensor]:
         """``accuracy_best_of_k``: each client's best test accuracy over its k models (the reference code's
         figure: it picks by the test set, an oracle)."""
-        best = accuracy.clone()
-        C = state.bank.shape[0]
-        for c in range(state.bank.shape[1]):   # k evaluations of every client's test set
-            acc = score(state.bank[:, c], data.test_x, data.test_y, data.test_counts)[0].to(best.dtype)
-            best = torch.maximum(best, acc[:C])
-        return {"accuracy_best_of_k": best}
+        return {"accuracy_best_of_k": best_of_k(accuracy, state.bank, data, score, lambda j: state.bank[:, j])}

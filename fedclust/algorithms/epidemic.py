@@ -76,6 +76,7 @@ class Epidemic(PeerAlgorithm):
     name = "epidemic"
     report_position = 15
     choice_masks = False   # index lists: the models pushed to a client, or its s graph neighbours
+    column_exchange = True   # it reads no model to choose: the gossip reads them through view.blocks
     sections = {"epidemic": EpidemicConfig}
 
     @classmethod

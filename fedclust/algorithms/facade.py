@@ -36,21 +36,18 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.aggregation import gossip_view
-from fedclust.algorithms.base import (
-    Context,
-    PeerAlgorithm,
-    RoundPlan,
-    RoundResult,
-    RoundView,
-    RunFacts,
-    client_rows,
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundPlan, RoundResult, RoundView, RunFacts, client_rows
+from fedclust.algorithms.cluster_models import best_of_k, chosen_model_result, merge_copies
+from fedclust.algorithms.heads import (
+    check_degree,
+    check_head,
+    degree_option,
     graph_neighbours,
+    head_option,
     head_tensors,
 )
-from fedclust.algorithms.cluster_models import merge_copies
 from fedclust.algorithms.registry import register
-from fedclust.errors import ConfigError
-from fedclust.network import check_regular_degree, delivered, keep_peers, within
+from fedclust.network import delivered, within
 from fedclust.peers import PeerIndex
 from fedclust.schema import at_least, option
 
@@ -60,21 +57,17 @@ class FacadeConfig:
     """The ``facade`` section (docs/algorithms.md, "Facade")."""
 
     heads: int = option(2, "k, the heads every client keeps (the reference's default: the number of clusters), >= 1")
-    head: list = option(help="the head's tensors: names, module prefixes or head (the model's last layer); the "
-                             "rest is the shared core", factory=lambda: ["head"])
+    head: list = head_option("the head's tensors: names, module prefixes or head (the model's last layer); the "
+                             "rest is the shared core")
     warmup: int = option(10, "rounds of plain decentralized SGD of whole models first, every head a copy (the "
                              "reference's share_all_for, 10 on CIFAR-10), >= 0")
-    degree: int = option(4, "on network.graph=complete: the degree of the random regular graph drawn each round "
-                            "(the reference's 4); a given network.graph is used as it is")
+    degree: int = degree_option("the reference")
 
     def validate(self, cfg) -> None:
         at_least("facade.heads", self.heads, 1, "the heads a client keeps, e.g. the clusters you expect")
         at_least("facade.warmup", self.warmup, 0, "rounds of plain decentralized SGD first (0: none)")
-        if not isinstance(self.head, list) or not self.head or not all(isinstance(x, str) and x for x in self.head):
-            raise ConfigError("facade.head", self.head, "must be a non-empty list of parameter names, module "
-                              "prefixes or head, e.g. facade.head=[head]")
-        if cfg.network.graph == "complete":
-            check_regular_degree("facade.degree", self.degree, cfg.clients)
+        check_head("facade", self.head)
+        check_degree("facade", self.degree, cfg)
 
 
 def head_mask(columns: tuple[tuple[int, int], ...], P: int, device) -> torch.Tensor:
@@ -112,6 +105,7 @@ class Facade(PeerAlgorithm):
     name = "facade"
     report_position = 18
     choice_masks = False     # index lists: the round's graph neighbours
+    column_exchange = True   # the core's gossip and the heads' merge read the models through view.blocks
     gathers_labels = True    # every client's a_j travels with the models
     personal_layers = False  # its heads are merged by index, its core gossiped
     sections = {"facade": FacadeConfig}
@@ -159,8 +153,6 @@ class Facade(PeerAlgorithm):
         if self.warm(round_):
             choice = torch.zeros(C, dtype=torch.int64, device=models.device)
             return state, RoundPlan(start=models, labels=choice)
-        if ctx.pair_loss is None:
-            raise ValueError("facade needs ctx.pair_loss (the engine's loss of models on the clients' training sets)")
         local = torch.arange(C, device=models.device)
         scratch = models.clone()   # one [C, P]: each head in turn, then the start
         losses = torch.stack([ctx.pair_loss(self._models(scratch, state.heads[:, j], inplace=True), local)
@@ -195,23 +187,12 @@ class Facade(PeerAlgorithm):
             offline = ~delivery.own_online().to(ctx.device)
             heads[offline] = state.heads[offline]
             choice = torch.where(offline, state.choice, mine)
-        same = neighbours.valid & (labels[neighbours.idx] == mine[:, None])
-        return FacadeState(heads=heads, choice=choice), RoundResult(
-            models=models.contiguous(),
-            lists=keep_peers(neighbours, same),
-            averaged=neighbours,
-            assignment=labels,
-            received=neighbours.counts(),
-        )
+        result = chosen_model_result(models.contiguous(), neighbours, labels, mine)
+        return FacadeState(heads=heads, choice=choice), result
 
     def extra_accuracy(self, state: FacadeState, ctx: Context, data, models: torch.Tensor, accuracy: torch.Tensor,
                        score) -> dict[str, torch.Tensor]:
         """``accuracy_oracle_head``: each client's best test accuracy over its core with each of its heads (the
         reference code's figure: it picks by the test set, an oracle)."""
-        best = accuracy.clone()
-        C = state.heads.shape[0]
-        for j in range(state.heads.shape[1]):   # k evaluations of every client's test set
-            acc = score(self._models(models, state.heads[:, j]), data.test_x, data.test_y,
-                        data.test_counts)[0].to(best.dtype)
-            best = torch.maximum(best, acc[:C])
-        return {"accuracy_oracle_head": best}
+        return {"accuracy_oracle_head": best_of_k(accuracy, state.heads, data, score,
+                                                  lambda j: self._models(models, state.heads[:, j]))}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from fedclust.algorithms.aggregation import average_rows, participants, trainers
-from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
+from fedclust.algorithms.base import Context, RoundPlan, RoundView, ServerMethod, server_result
 from fedclust.algorithms.registry import register
 
 
@@ -27,7 +27,7 @@ class FedAvgState:
 
 @register
 @dataclass
-class FedAvg(Algorithm):
+class FedAvg(ServerMethod):
     """FedAvg's round (FedGroup paper Algorithm 1, line 8: ``w_{t+1} = Σ_i (n_i/n) w_i``
     over the participants, a plain mean since every client holds as many samples).
 
@@ -42,10 +42,6 @@ class FedAvg(Algorithm):
     column_exchange = True   # the average is column by column (config exchange_mb)
     report_position = 7
     paper_results = {("synthetic", None, 4): (30.35, 0.05)}
-
-    @classmethod
-    def from_config(cls, cfg) -> "FedAvg":
-        return cls(participation=cfg.participation)
 
     @property
     def mu(self) -> float:

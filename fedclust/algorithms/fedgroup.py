@@ -19,7 +19,7 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.aggregation import cluster_average, own, participants, trainers
-from fedclust.algorithms.base import Algorithm, Context, RoundPlan, RoundView, server_result
+from fedclust.algorithms.base import Context, RoundPlan, RoundView, ServerMethod, server_result
 from fedclust.algorithms.fedprox import FedProxConfig
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
@@ -302,7 +302,7 @@ class FedGroupState:
 
 @register
 @dataclass
-class FedGroup(Algorithm):
+class FedGroup(ServerMethod):
     """FedGroup's round (FedGroup paper Algorithms 2-4, Eq. 10; docs/algorithms.md, "FedGroup")."""
 
     fedgroup: FedGroupConfig = field(default_factory=FedGroupConfig)
@@ -312,10 +312,6 @@ class FedGroup(Algorithm):
     report_position = 11
     sections = {"fedgroup": FedGroupConfig}
     cluster_count_key = "fedgroup.groups"
-
-    @classmethod
-    def from_config(cls, cfg) -> "FedGroup":
-        return cls(cfg.fedgroup, cfg.participation)
 
     @property
     def mu(self) -> float:
@@ -389,10 +385,6 @@ class FedGrouProx(FedGroup):
     name = "fedgrouprox"
     report_position = 12
     sections = {"fedgroup": FedGroupConfig, "fedprox": FedProxConfig}
-
-    @classmethod
-    def from_config(cls, cfg) -> "FedGrouProx":
-        return cls(cfg.fedgroup, cfg.participation, cfg.fedprox)
 
     @property
     def mu(self) -> float:

@@ -38,10 +38,6 @@ class FedProx(FedAvg):
     sections = {"fedprox": FedProxConfig}
     paper_results = {}
 
-    @classmethod
-    def from_config(cls, cfg) -> "FedProx":
-        return cls(cfg.participation, cfg.fedprox)
-
     @property
     def mu(self) -> float:
         return self.fedprox.mu

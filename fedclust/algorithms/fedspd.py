@@ -45,20 +45,12 @@ import torch
 
 from fedclust import rng
 from fedclust.algorithms.aggregation import gossip_view
-from fedclust.algorithms.base import (
-    Context,
-    PeerAlgorithm,
-    RoundPlan,
-    RoundResult,
-    RoundView,
-    RunFacts,
-    client_rows,
-    graph_neighbours,
-)
+from fedclust.algorithms.base import Context, PeerAlgorithm, RoundPlan, RoundResult, RoundView, RunFacts, client_rows
 from fedclust.algorithms.cluster_models import cluster_inits
+from fedclust.algorithms.heads import check_degree, graph_neighbours
 from fedclust.algorithms.registry import register
 from fedclust.errors import ConfigError
-from fedclust.network import check_regular_degree, delivered, keep_peers, within
+from fedclust.network import delivered, keep_peers, within
 from fedclust.peers import PeerIndex
 from fedclust.schema import at_least, option
 
@@ -99,8 +91,7 @@ class FedspdConfig:
             raise ConfigError("fedspd.min_examples", self.min_examples, f"{self.clusters} clusters of at least "
                               f"{self.min_examples} examples need data.train_size >= "
                               f"{self.clusters * self.min_examples}: lower it")
-        if cfg.network.graph == "complete":
-            check_regular_degree("fedspd.degree", self.degree, cfg.clients)
+        check_degree("fedspd", self.degree, cfg)
 
 
 def initial_split(seed: int, clients: torch.Tensor, counts: torch.Tensor, N: int, S: int) -> torch.Tensor:
@@ -172,6 +163,7 @@ class Fedspd(PeerAlgorithm):
     name = "fedspd"
     report_position = 19
     choice_masks = False     # index lists: the round's same-group neighbours
+    column_exchange = True   # its gossip reads the models through view.blocks
     gathers_labels = True    # every client's group (and cluster) travels with the models
     personal_layers = False  # its own models
     sections = {"fedspd": FedspdConfig}
@@ -288,8 +280,6 @@ class Fedspd(PeerAlgorithm):
         bank[at, mine[trained]] = fresh[trained].to(bank.dtype)
         assign = state.assign
         if t >= S:   # every example to the model of lowest loss on it, then the minimum per cluster
-            if ctx.sample_loss is None:
-                raise ValueError("fedspd needs ctx.sample_loss (the engine's loss of each training example)")
             losses = torch.stack([ctx.sample_loss(bank[:, s].contiguous()) for s in range(S)], dim=1)   # [C, S, N]
             valid = state.assign >= 0
             new = keep_minimum(losses.argmin(1), valid, S, self.fedspd.min_examples)

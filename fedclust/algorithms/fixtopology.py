@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView, client_rows
+from fedclust.algorithms.base import Context, KPeers, RoundView, client_rows
 from fedclust.algorithms.registry import register
-from fedclust.peers import PeerIndex
+from fedclust.peers import PeerIndex, mask_indices, unpack_bits
 
 
 @dataclass
@@ -23,18 +23,10 @@ class FixTopologyState:
 
 
 @register
-@dataclass
-class FixTopology(PeerAlgorithm):
-    k: int
+class FixTopology(KPeers):
     name = "fixtopology"
     report_position = 1
-    needs_k = True
-    choice_masks = False   # its choice is k index lists a client (fedclust.peers.PeerIndex)
     paper_results = {("fmnist", "rotation", 2): (85.86, 0.17)}
-
-    @classmethod
-    def from_config(cls, cfg) -> "FixTopology":
-        return cls(k=cfg.algorithm.k)
 
     def init(self, ctx: Context) -> FixTopologyState:
         # among the first round's graph neighbours; a later graph's round receives from those still linked
@@ -43,3 +35,12 @@ class FixTopology(PeerAlgorithm):
 
     def select(self, state: FixTopologyState, ctx: Context, view: RoundView):
         return state, PeerIndex(state.peers, torch.ones_like(state.peers, dtype=torch.bool), ctx.n)
+
+    def upgrade_state(self, clients: dict, server: dict, n: int) -> None:
+        """Checkpoints that kept the fixed peers as a bool ``[n, n]`` mask: now ``[n, k]`` indices (the same
+        peers)."""
+        peers = clients["peers"]
+        if isinstance(peers, dict):   # a bool mask, packed as checkpoints hold masks
+            peers = unpack_bits(peers["bits"], int(peers["width"]))
+        if peers.dtype == torch.bool:
+            clients["peers"] = mask_indices(peers)[0]

@@ -8,9 +8,7 @@ Matching", https://arxiv.org/abs/2203.12285
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
+from fedclust.algorithms.base import Context, KPeers, RoundView
 from fedclust.algorithms.registry import register
 from fedclust.data import registry as data_registry
 from fedclust.errors import ConfigError
@@ -30,18 +28,10 @@ def same_cluster_rows(ctx: Context):
 
 
 @register
-@dataclass
-class Oracle(PeerAlgorithm):
-    k: int
+class Oracle(KPeers):
     name = "oracle"
     report_position = 3
-    needs_k = True
-    choice_masks = False   # its choice is k index lists a client (fedclust.peers.PeerIndex)
     paper_results = {("fmnist", "rotation", 2): (87.01, 0.26)}
-
-    @classmethod
-    def from_config(cls, cfg) -> "Oracle":
-        return cls(k=cfg.algorithm.k)
 
     @classmethod
     def check(cls, cfg) -> None:

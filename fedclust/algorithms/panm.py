@@ -27,6 +27,7 @@ from fedclust.algorithms.registry import register
 from fedclust.algorithms.similarity import (
     PoolScores,
     client0_similarity,
+    drop_last_similarity,
     loss_em_input,
     pool_similarity,
     similarity_for,
@@ -168,6 +169,10 @@ class PANM(PeerAlgorithm):
     def neighbor_list(self, state: PanmState, averaged: Choice) -> torch.Tensor:
         return state.neighbors
 
+    def upgrade_state(self, clients: dict, server: dict, n: int) -> None:
+        """Checkpoints that kept the last round's ``[n, n]`` similarities (:func:`drop_last_similarity`)."""
+        drop_last_similarity(clients, server)
+
     def contacted(self, state: PanmState, round_: int) -> torch.Tensor | None:
         """Peers whose models client i fetched this round to compute similarities (None: no similarity this round)."""
         if state.pool is None or state.similarity_round != round_:
@@ -181,7 +186,7 @@ class PANMLoss(PANM):
     """PANMLoss: PANM with the loss similarity (PANM paper Eq. 3)."""
 
     metric = "loss"
-    column_exchange = False   # it ranks peers by the loss of their whole models on its own data
+    # column_exchange stays False: it ranks peers by the loss of their whole models on its own data
     name = "panm_loss"
     report_position = 5
     paper_results = {("fmnist", "rotation", 2): (87.33, 0.17)}
@@ -196,4 +201,5 @@ class PANMGrad(PANM):
     name = "panm_grad"
     report_position = 6
     gathers_before = True   # Δ_j = w_j^t − w_j^{t−1} needs every client's model before local training
+    column_exchange = True  # its similarity sums over column blocks (similarity.grad_pool_scores)
     paper_results = {("fmnist", "rotation", 2): (86.88, 0.34)}

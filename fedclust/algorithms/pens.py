@@ -21,9 +21,14 @@ import torch
 
 from fedclust.algorithms.base import Choice, Context, PeerAlgorithm, RoundView, client_rows, round_only
 from fedclust.algorithms.cni import draw_candidates, top_k_of_pool
-from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_counts
+from fedclust.algorithms.peer_counts import add_mask, counted_more_than, empty_counts, from_matrix
 from fedclust.algorithms.registry import register
-from fedclust.algorithms.similarity import client0_similarity, pool_similarity, similarity_for
+from fedclust.algorithms.similarity import (
+    client0_similarity,
+    drop_last_similarity,
+    pool_similarity,
+    similarity_for,
+)
 from fedclust.errors import ConfigError
 from fedclust.network import answering, both
 from fedclust.peers import PeerIndex
@@ -124,7 +129,7 @@ class PENS(PeerAlgorithm):
     stage1_rounds: int     # T1
     pens: PensConfig = field(default_factory=PensConfig)
 
-    column_exchange = False   # it ranks peers by the loss of their whole models on its own data
+    # column_exchange stays False: it ranks peers by the loss of their whole models on its own data
     name = "pens"
     report_position = 4
     needs_k = needs_l = needs_stages = keeps_k_of_l = True
@@ -173,6 +178,13 @@ class PENS(PeerAlgorithm):
         draw = self.pens.stage2_neighbours or self.k
         return state, PeerIndex.draw(ctx.seed, t, "pens", ctx.client_ids.to(ctx.device), ctx.n, draw,
                                      both(state.fixed, reach))
+
+    def upgrade_state(self, clients: dict, server: dict, n: int) -> None:
+        """Checkpoints that kept the last round's ``[n, n]`` similarities (:func:`drop_last_similarity`), or the
+        stage-one counts as an ``[n, n]`` int64 table: now count lists of :meth:`count_width` slots."""
+        drop_last_similarity(clients, server)
+        if "count_peers" not in clients:
+            clients["count_peers"], clients["counts"] = from_matrix(clients["counts"], self.count_width(n))
 
     def contacted(self, state: PensState, round_: int) -> torch.Tensor | None:
         """Stage one fetches the l candidates' models to rank them; stage two none beyond the averaged."""

@@ -8,26 +8,16 @@ Matching", https://arxiv.org/abs/2203.12285
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundView
+from fedclust.algorithms.base import Context, KPeers, RoundView
 from fedclust.algorithms.registry import register
 from fedclust.peers import PeerIndex
 
 
 @register
-@dataclass
-class RandomPeers(PeerAlgorithm):
-    k: int
+class RandomPeers(KPeers):
     name = "random"
     report_position = 2
-    needs_k = True
-    choice_masks = False   # its choice is k index lists a client (fedclust.peers.PeerIndex)
     paper_results = {("fmnist", "rotation", 2): (85.94, 0.27)}
-
-    @classmethod
-    def from_config(cls, cfg) -> "RandomPeers":
-        return cls(k=cfg.algorithm.k)
 
     def select(self, state, ctx: Context, view: RoundView):
         ids = ctx.client_ids.to(ctx.device)   # among the round's graph neighbours (all others: complete)

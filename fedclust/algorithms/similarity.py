@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from fedclust.algorithms.base import loss_given
 from fedclust.peers import mask_indices
 
 EPS = 1e-12
@@ -162,15 +163,7 @@ def grad_pool_scores(blocks, n: int, w0: torch.Tensor, alpha: float, pool: torch
     device = w0.device
     C = pool.shape[0]
     own_idx = torch.arange(n, device=device)[own]
-    idx, valid = mask_indices(pool.to(device))   # row by row, columns ascending: the CSR pattern's order
-    counts = valid.sum(1)
-    crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-    cols = idx[valid]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)   # "sparse CSR support is in beta": the product is tested
-        # built from the pool's indices (a dense [C, n] float copy of the mask would cost 4 bytes an entry)
-        pattern = torch.sparse_csr_tensor(crow, cols, w0.new_ones(len(cols)), size=(C, n))
-    rows = torch.repeat_interleave(torch.arange(C, device=crow.device), counts)
+    idx, valid, cols, rows, pattern = _pool_pattern(pool.to(device), n, w0)
     full = (full_rows.nonzero(as_tuple=True)[0] if full_rows is not None else
             torch.zeros(0, dtype=torch.long)).to(device)
     dot_u, dot_w = w0.new_zeros(len(cols)), w0.new_zeros(len(cols))
@@ -212,6 +205,23 @@ def grad_pool_scores(blocks, n: int, w0: torch.Tensor, alpha: float, pool: torch
             full_w / (nw[own_full][:, None] * nw[None, :]), alpha=1.0 - alpha)
     scores = PoolScores(idx, valid, values, None if full_values is None else full_values[0])
     return (scores, full, full_values) if keep_full else scores
+
+
+def _pool_pattern(pool: torch.Tensor, n: int, w0: torch.Tensor):
+    """``(idx, valid, cols, rows, pattern)`` of a ``[C, n]`` bool pool: its index lists (row by row, columns
+    ascending: the CSR pattern's order), the entries' columns and rows, and the sparse CSR ``[C, n]`` pattern
+    of ones (w0's dtype) that :func:`grad_pool_scores` samples its products on."""
+    C = pool.shape[0]
+    idx, valid = mask_indices(pool)
+    counts = valid.sum(1)
+    crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    cols = idx[valid]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # "sparse CSR support is in beta": the product is tested
+        # built from the pool's indices (a dense [C, n] float copy of the mask would cost 4 bytes an entry)
+        pattern = torch.sparse_csr_tensor(crow, cols, w0.new_ones(len(cols)), size=(C, n))
+    rows = torch.repeat_interleave(torch.arange(C, device=crow.device), counts)
+    return idx, valid, cols, rows, pattern
 
 
 def padded_pools(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -309,10 +319,12 @@ def similarity_for(metric: str, alpha: float, ctx, view, pool: torch.Tensor) -> 
     """The similarity of this rank's clients to the peers in ``pool``
     (:class:`PoolScores`; PANMGrad also gives client 0's whole row)."""
     if metric == "loss":
-        if ctx.pair_loss is None and ctx.pool_loss is None:
+        pair_loss = ctx.pair_loss if loss_given(ctx.pair_loss) else None
+        pool_loss = ctx.pool_loss if loss_given(ctx.pool_loss) else None
+        if pair_loss is None and pool_loss is None:
             raise ValueError("loss similarity needs ctx.pool_loss or ctx.pair_loss (the engine's loss of peer "
                              "models on own data)")
-        return loss_pool_scores(ctx.pair_loss, view.all_after, pool, pool_loss=ctx.pool_loss)
+        return loss_pool_scores(pair_loss, view.all_after, pool, pool_loss=pool_loss)
     if view.whole and view.all_before is None:
         raise ValueError("grad similarity needs view.all_before: the algorithm must set gathers_before=True")
     w0 = ctx.w0.to(view.after.device)
@@ -356,3 +368,10 @@ def client0_similarity(scores: PoolScores, client_ids: torch.Tensor, n: int) -> 
         row[scores.idx[c][keep]] = scores.values[c][keep].to(torch.float32)
     row[0] = math.nan
     return row
+
+
+def drop_last_similarity(clients: dict, server: dict) -> None:
+    """A checkpoint's PANM or PENS state in today's form: they kept the last round's ``[n, n]`` float32
+    similarities (``last_similarity``); now the pool's, per round, never saved (:meth:`Algorithm.upgrade_state`)."""
+    clients.pop("last_similarity", None)
+    server.pop("last_similarity", None)
