@@ -35,7 +35,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.i
 
 echo "== device checks ($(elapsed) s)"
 # the tests that need a GPU (skipped, with the reason, elsewhere): batch orders drawn on the device
-python3 -m pytest -q -p no:cacheprovider -rs tests/test_engine.py -k gpu > "$OUT/checks.log" 2>&1; tail -3 "$OUT/checks.log"
+python3 -m pytest -q -p no:cacheprovider -rs tests/unit/test_engine.py -k gpu > "$OUT/checks.log" 2>&1; tail -3 "$OUT/checks.log"
 
 echo "== bench ($(elapsed) s)"
 # shellcheck disable=SC2086

@@ -29,7 +29,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.i
 
 echo "== device checks ($(elapsed) s)"
 if [[ $DEVICE == cuda ]]; then
-  python3 -m pytest -q -p no:cacheprovider -rs tests/test_engine.py -k gpu 2>&1 | tail -3
+  python3 -m pytest -q -p no:cacheprovider -rs tests/unit/test_engine.py -k gpu 2>&1 | tail -3
 fi
 
 echo "== sweeps ($(elapsed) s)"

@@ -310,7 +310,7 @@ def reference_markdown() -> str:
     """docs/config.md: every key of the core sections and of each built-in
     algorithm's section, from the schema's declarations (type or choices,
     default, meaning, whether a continued run may change it), so that the
-    reference cannot drift from the code (tests/test_docs.py)."""
+    reference cannot drift from the code (tests/unit/test_docs.py)."""
     registry.load_builtin()
 
     def table(rows: list[dict]) -> list[str]:
@@ -324,7 +324,7 @@ def reference_markdown() -> str:
         return out
 
     lines = ["# Config reference", "",
-             f"Generated from the config schema (`{REFERENCE_COMMAND}`); `tests/test_docs.py` checks that it is",
+             f"Generated from the config schema (`{REFERENCE_COMMAND}`); `tests/unit/test_docs.py` checks that it is",
              "current. Every key, its default, the values it takes and its meaning; `fedclust check --keys` prints",
              "the same keys with one-line meanings (and a plugin's, given `plugins=`). A config sets them in a YAML",
              "file or as `KEY=VALUE` overrides ([Running](running.md)). Ranges are checked before anything runs;",

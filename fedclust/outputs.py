@@ -29,7 +29,7 @@ RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json")
 RUN_EXTRAS = ("neighbors.npz", "figures", "checkpoints", "wandb.json")
 MARKER_NAME = ".fedclust-run"   # a run directory's mark, written before anything else: JSON {format, fedclust, created}
 MARKER_FORMAT = 1
-# What fedclust.figures.write_run_figures writes into figures/ (tests/test_run_dir_marker.py checks the two agree).
+# What fedclust.figures.write_run_figures writes into figures/ (tests/unit/test_run_dir_marker.py checks the two agree).
 FIGURE_FILES = ("accuracy.png", "heatmap_stage1.png", "similarity_hist.png", "neighbor_graph.png", "cni_precision.png",
                 "partition.png")
 # Keys every config.yaml fedclust has written holds: a directory holding one is an earlier fedclust's run.

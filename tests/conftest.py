@@ -1,4 +1,6 @@
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -7,11 +9,22 @@ import pytest
 # twice as long).  Numbers do not depend on it: golden and multi-process runs fix their threads themselves.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# Files whose every test runs fedclust end to end (whole runs, launched processes, Slurm jobs): marked
-# "integration", so that `pytest -m "not integration"` runs the fast unit tests alone.  Tests of this kind in
-# other files carry @pytest.mark.integration themselves.
-INTEGRATION_FILES = {"test_resume.py", "test_slurm.py", "test_multinode.py", "test_wandb.py", "test_run.py",
-                     "test_outputs.py"}
+# Two tiers, one folder each: tests/unit (fast, in-process: `pytest tests/unit`) and tests/integration (whole runs,
+# launched processes, Slurm jobs; marked "integration" here, so `-m "not integration"` leaves them out too).
+# Helpers shared by both (batch.py, run_files.py, ...) sit in tests/; a test module may import another's helpers.
+TESTS = Path(__file__).resolve().parent
+for folder in (TESTS / "golden", TESTS / "integration", TESTS / "unit", TESTS):   # golden: record.py
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """With pytest-xdist's ``-n N``, group-aware distribution (``--dist loadgroup``): the Slurm tests share one
+    worker and one cluster, and the tests of a shared whole-run fixture one worker (``xdist_group``).  Set here,
+    not in addopts, so that ``python -m pytest`` starts where pytest-xdist is not installed."""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", None) == "no":
+        config.option.dist = "loadgroup"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -19,8 +32,12 @@ def pytest_collection_modifyitems(config, items):
     # instead of leaving them, one after the other, for the end.
     items.sort(key=lambda item: item.path.name != "test_slurm.py")
     for item in items:
-        if item.path.name in INTEGRATION_FILES:
+        tier = item.path.parent.name
+        if tier == "integration":
             item.add_marker(pytest.mark.integration)
+        elif item.get_closest_marker("integration") is not None:
+            raise pytest.UsageError(f"{item.nodeid} is marked integration but lives in tests/{tier}: move it to "
+                                    "tests/integration")
         if item.path.name == "test_slurm.py":   # one Slurm cluster: its tests share one pytest-xdist worker
             item.add_marker(pytest.mark.xdist_group("slurm"))
 

@@ -26,15 +26,15 @@ def results(out) -> tuple[list[dict], dict]:
 
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-# Algorithms whose killed and resumed 2-process runs tests/test_resume.py compares with their golden files
-# (so tests/test_plugins.py need not launch them on 2 processes again): one of each kind of state (PANM's
+# Algorithms whose killed and resumed 2-process runs tests/integration/test_resume.py compares with their golden files
+# (so tests/unit/test_plugins.py need not launch them on 2 processes again): one of each kind of state (PANM's
 # lists and similarities, IFCA's cluster models, FedGroup's groups); random and panm_loss keep no state of
 # their own beyond panm_grad's, and every algorithm's kill and resume is tested on one process.
 RESUMED_ON_TWO = ("panm_grad", "ifca", "fedgroup", "fpfc")   # fpfc: its pair rows travel with their clients
 
-# Runs under several network faults at once that tests/test_network.py compares on 1 and 2 processes: an algorithm
+# Runs under several network faults at once that tests/unit/test_network.py compares on 1 and 2 processes: an algorithm
 # here is compared on 2 processes there (under its faults, a stronger check of the same claim) and not again
-# without faults in tests/test_plugins.py.
+# without faults in tests/unit/test_plugins.py.
 FAULT_RUNS = [
     ("random", ("algorithm.k=2", "network.graph=regular", "network.degree=3", "network.redraw_every=3",
                 "network.p_drop=0.3", "network.stragglers=0.4", "network.straggler_work=0.3",
@@ -104,7 +104,7 @@ def golden_dir() -> Path | None:
 
 def golden_here() -> bool:
     """Whether tests/golden/ holds a recording made on a machine like this one: then a run of its config, on
-    one thread per process, equals it bit for bit (tests/test_golden.py)."""
+    one thread per process, equals it bit for bit (tests/unit/test_golden.py)."""
     return golden_dir() is not None
 
 
@@ -126,11 +126,11 @@ def one_and_two_runs() -> dict[str, list[str]]:
 
     runs = {f"faults/{name}": [*GOLDEN_OVERRIDES, f"algorithm.name={name}", "checkpoint_every=2", *faults]
             for name, faults in FAULT_RUNS}
-    # tests/test_run.py: 9 clients over 2 ranks (5 + 4)
+    # tests/integration/test_run.py: 9 clients over 2 ranks (5 + 4)
     runs["run/panm_grad"] = ["configs/fmnist_rotation2.yaml", "data.name=synthetic", "data.train_size=40",
                              "data.test_size=20", "clients=9", "rounds=4", "stage1_rounds=2", "algorithm.k=2",
                              "algorithm.l=3", "progress=false", "seed=5", "algorithm.name=panm_grad"]
-    # tests/test_centralized.py: IFCA on 11 clients over 2 ranks (6 + 5), half of them taking part
+    # tests/unit/test_centralized.py: IFCA on 11 clients over 2 ranks (6 + 5), half of them taking part
     runs["centralized/ifca"] = ["configs/fmnist_rotation2.yaml", "data.name=synthetic", "clients=11",
                                 "data.train_size=200", "data.test_size=50", "data.synthetic_dim=1",
                                 "data.synthetic_alpha=0", "data.synthetic_beta=0", "seed=0", "rounds=4",

@@ -12,5 +12,5 @@
 
 This package is a top layer, beside the CLI: it imports the product
 (runner, engine, algorithms, data, ...) through public functions only, and
-nothing in the product imports it (tests/test_plugins.py checks both).
+nothing in the product imports it (tests/unit/test_plugins.py checks both).
 """

@@ -3,7 +3,7 @@ it: θ and v, ``[E, P]`` each, one row per pair i < j
 (:func:`fedclust.algorithms.fpfc.pairs.pair_index`).  A run keeps the
 compact layout instead (:mod:`fedclust.algorithms.fpfc.compact`: half the
 memory, sharded between ranks); this one is kept as the reference the tests
-hold the compact one to (``tests/test_fpfc_math.py``, ``tests/test_fpfc_state.py``).
+hold the compact one to (``tests/unit/test_fpfc_math.py``, ``tests/unit/test_fpfc_state.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,43 @@
+"""Whole runs of test_bench_scale.py (tests/unit/test_bench_scale.py holds its unit tests): fedclust bench-scale: round time, gather bytes and peak memory per client count,"""
+
+import json
+import os
+import subprocess
+import sys
+
+from test_bench_scale import ROOT, TINY, P  # noqa: E402
+
+from fedclust.bench import scale as bench_scale
+
+
+def test_one_process_runs_and_gathers_nothing(capsys):
+    assert bench_scale.main(["--clients", "16,8", "--rounds", "2", "--json", *TINY]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["clients"] for r in rows] == [8, 16]                 # smallest first
+    for r in rows:
+        assert r["processes"] == 1 and r["algorithm"] == "random" and r["device"] == "cpu" and r["params"] == P
+        assert len(r["round_seconds"]) == 2 and r["s_per_round"] == r["round_seconds"][1]   # round 1 untimed
+        assert r["gathers_per_round"] == 0                          # one process: no collective at all
+        assert r["gather_bytes_per_round"] is None and r["gather_mb_per_round"] is None
+        assert r["gather_s_per_round"] is None
+        assert len(r["peak_rss_mb"]) == 1 and r["peak_rss_mb"][0] > 10 and r["peak_cuda_mb"] is None
+    assert "| 8 | 1 |" in bench_scale.table(rows)
+
+
+def test_two_processes_gather_bytes_by_hand():
+    """Each rank receives every rank's padded shard of [weights (P), training loss, flags] in float32."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "fedclust", "bench-scale", "--clients", "8,17", "--rounds", "2", "--json", *TINY]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)                                   # rank 0 alone prints
+    by_n = {r["clients"]: r for r in rows}
+    assert by_n[8]["gather_bytes_per_round"] == 8 * (P + 1 + 1) * 4
+    assert by_n[17]["gather_bytes_per_round"] == 2 * 9 * (P + 1 + 1) * 4    # shards 9 + 8, padded to 9 rows
+    for r in rows:
+        assert r["processes"] == 2 and r["gathers_per_round"] == 1
+        assert r["gather_mb_per_round"] * 2**20 == r["gather_bytes_per_round"]
+        assert r["predicted_gather_mb_per_round"] == r["gather_mb_per_round"]
+        assert r["gather_s_per_round"] > 0
+        assert len(r["peak_rss_mb"]) == 2 and all(m > 10 for m in r["peak_rss_mb"])
