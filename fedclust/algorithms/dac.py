@@ -15,9 +15,10 @@ synchronous):
    (Gumbel-top-k: the same law as sampling one after another without
    replacement);
 2. for each pulled j: ``s_i[j] = 1/L_i(w_j)`` and j is asked;
-3. for each j ≠ i never asked with ``S_k[j] > 0`` for some pulled k:
-   ``s_i[j] = S_{k*}[j]``, k* the pulled peer with the largest ``s_i[k]``
-   (ties: the later in index order);
+3. (``dac.propagate``, the default) for each j ≠ i never asked with
+   ``S_k[j] > 0`` for some pulled k: ``s_i[j] = S_{k*}[j]``, k* the pulled
+   peer with the largest ``s_i[k]`` (ties: the later in index order); the
+   DAC of ``sacs-epfl/facade`` has no such step (``dac.propagate=false``);
 4. ``w_i ←`` the mean of ``w_i`` and the pulled models.
 
 ``τ_t = τ`` (``dac.schedule=constant``) or ``2τ/(1 + e^{−0.2(t−1)}) − τ + 1``
@@ -69,6 +70,15 @@ class DacConfig:
                               "client's data), > 0 (the reference's 30)")
     schedule: Schedule = option("constant", "constant: τ_t = τ; sigmoid: τ_t = 2τ/(1 + exp(-0.2 (t - 1))) - τ + 1, "
                                             "from 1 to τ + 1 (the paper's DAC_var)")
+    propagate: bool = option(True, "step 3: a client takes the scores its pulled peers hold of peers it never "
+                                   "asked (edvinli/DAC, the DAC paper's code); false: only its own pulls' scores "
+                                   "(sacs-epfl/facade's DAC, Facade's baseline)",
+                             doc="step 3: a client takes the scores its pulled peers hold of peers it never asked, "
+                                 "as `edvinli/DAC` (the DAC paper's code) does; `false`: it knows only the peers it "
+                                 "pulled, as the DAC of `sacs-epfl/facade` (the baseline of Facade's paper) does. "
+                                 "That fork also reseeds its draws with the node's id at every draw, so a node "
+                                 "pulls the same peers each round; fedclust does not reproduce that. See "
+                                 "[DAC](algorithms.md#dac-dac)")
 
     def validate(self, cfg) -> None:
         if not (math.isfinite(self.tau) and self.tau > 0):
@@ -109,10 +119,11 @@ def draw_pulls(seed: int, round_: int, scores: torch.Tensor, clients: torch.Tens
 
 
 def update_tables(scores: torch.Tensor, asked: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor,
-                  values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                  values: torch.Tensor, propagate: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps 2 and 3 for every client: ``scores [n, n]`` and ``asked [n, n]`` after each client i scored the peers
-    ``idx[i][valid[i]]`` with ``values[i]`` (``[n, k]``, 1/loss).  Propagation reads the tables as they were
-    (``scores``); a row with no valid pull is unchanged.  Rows go in chunks ([rows, n] at a time)."""
+    ``idx[i][valid[i]]`` with ``values[i]`` (``[n, k]``, 1/loss).  Propagation (step 3, unless ``propagate`` is
+    False) reads the tables as they were (``scores``); a row with no valid pull is unchanged.  Rows go in chunks
+    ([rows, n] at a time)."""
     n, k = idx.shape
     new, seen = scores.clone(), asked.clone()
     prio = torch.where(valid, values.to(scores.dtype), torch.full_like(values, -math.inf, dtype=scores.dtype))
@@ -125,6 +136,8 @@ def update_tables(scores: torch.Tensor, asked: torch.Tensor, idx: torch.Tensor, 
         r = rows[:, None].expand_as(i)[v]
         new[lo:hi][r, i[v]] = values[lo:hi][v].to(scores.dtype)                    # step 2
         seen[lo:hi][r, i[v]] = True
+        if not propagate:
+            continue
         heard = torch.zeros(hi - lo, n, dtype=scores.dtype, device=scores.device)
         has = torch.zeros(hi - lo, n, dtype=torch.bool, device=scores.device)
         for q in range(k):                                                        # step 3
@@ -211,7 +224,7 @@ class Dac(PeerAlgorithm):
         idx = share[:, :k].to(torch.int64) - 1
         valid = idx >= 0
         scores, asked = update_tables(state.scores, state.asked, idx.clamp_min(0), valid,
-                                      share[:, k:].to(torch.float32))
+                                      share[:, k:].to(torch.float32), self.dac.propagate)
         own = ctx.own_rows
         return DacState(scores=scores, asked=asked), PeerIndex(idx[own].clamp_min(0), valid[own], ctx.n)
 

@@ -85,8 +85,9 @@ def test_pulls_are_the_k_lowest_gumbel_keys_and_keep_to_the_graph():
     assert few == [set(allowed[i].nonzero().flatten().tolist()) for i in range(n)]   # fewer than k: all of them
 
 
-def plain_update(S, asked, pulls):
-    """The reference's steps 2 and 3 per client (utils.py train_DAC), on the round-start tables S."""
+def plain_update(S, asked, pulls, propagate=True):
+    """The reference's steps 2 and 3 per client (utils.py train_DAC), on the round-start tables S; without
+    ``propagate``, step 2 alone (sacs-epfl/facade's DAC: a node keeps only the losses of the peers it pulled)."""
     n = S.shape[0]
     new, seen = S.clone(), asked.clone()
     for i, got in enumerate(pulls):
@@ -96,6 +97,8 @@ def plain_update(S, asked, pulls):
         for j, v in got:
             new[i, j] = v
             seen[i, j] = True
+        if not propagate:
+            continue
         heard = set()
         for kp in order:
             heard |= {j for j in range(n) if float(S[kp, j]) > 0}
@@ -107,7 +110,8 @@ def plain_update(S, asked, pulls):
     return new, seen
 
 
-def test_tables_update_as_the_plain_rule():
+@pytest.mark.parametrize("propagate", [True, False])
+def test_tables_update_as_the_plain_rule(propagate):
     n, k = 9, 3
     gen = torch.Generator().manual_seed(2)
     S = torch.rand(n, n, generator=gen) * (torch.rand(n, n, generator=gen) < 0.4)
@@ -120,10 +124,14 @@ def test_tables_update_as_the_plain_rule():
     values = torch.rand(n, k, generator=gen) + 0.1
     values[1, 2] = values[1, 0]                            # a tie: the later pull wins
     pulls = [[(int(idx[i, q]), float(values[i, q])) for q in range(k) if bool(valid[i, q])] for i in range(n)]
-    want_s, want_a = plain_update(S, asked, pulls)
-    got_s, got_a = update_tables(S, asked, idx, valid, values)
+    want_s, want_a = plain_update(S, asked, pulls, propagate)
+    got_s, got_a = update_tables(S, asked, idx, valid, values, propagate)
     assert torch.equal(got_a, want_a)
     assert torch.equal(got_s, want_s)
+    pulled = torch.zeros(n, n, dtype=torch.bool)
+    pulled[torch.arange(n)[:, None].expand_as(idx)[valid], idx[valid]] = True
+    heard = (got_s != S) & ~pulled   # scores learnt second-hand, from a pulled peer's table
+    assert bool(heard.any()) == propagate
     assert torch.equal(got_s[4], S[4]) and torch.equal(got_a[4], asked[4])
 
 
@@ -209,6 +217,12 @@ def test_a_round_averages_the_pulls_and_reports_the_top_k_clusters():
         assert torch.allclose(result.models[i], after[[i, *sorted(peers)]].mean(0), atol=1e-6)
     assert torch.equal(result.assignment, top_k_components(state.scores, k))
     assert result.received.tolist() == [k] * n
+
+
+def test_propagate_is_read_from_the_config_default_true():
+    base = ["algorithm.name=dac", "data.name=synthetic", "clients=8"]
+    assert Dac.from_config(load_config(None, base)).dac.propagate is True
+    assert Dac.from_config(load_config(None, base + ["dac.propagate=false"])).dac.propagate is False
 
 
 @pytest.mark.parametrize("key,value", [("dac.tau", "0"), ("dac.tau", "nan"), ("dac.schedule", "var")])
