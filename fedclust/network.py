@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import networkx as nx
@@ -136,13 +135,15 @@ def read_edge_list(path: str | Path, n: int, say=None) -> Any:
 
 
 def regular_graph(n: int, degree: int, seed: int, epoch: int, stream: str) -> Graph:
-    """A random ``degree``-regular graph of ``n`` clients drawn by networkx from (seed, epoch, stream) alone, taken
-    as drawn (not required to be connected): the graph a method draws for itself (Epidemic Learning's oracle,
-    DePRL's, Facade's and FedSPD's on the complete graph)."""
-    spec = SimpleNamespace(graph="regular", degree=degree, p_edge=0.0, rewire=0.0, path="")
-    g = make_graph(spec, n, seed, epoch, stream=stream, connected=False)
-    assert g is not None
-    return g
+    """A random ``degree``-regular graph of ``n`` clients drawn by networkx from (seed, epoch, stream) alone: the
+    graph a method draws for itself (Epidemic Learning's oracle, DePRL's, Facade's and FedSPD's on the complete
+    graph).  A draw that is not connected is joined by the ring ``i — i + 1 mod n``, as the reference's peer
+    sampler does (decentralizepy ``graphs/Regular.py`` and ``Graph.connect_graph``): its clients then have up to
+    ``degree + 2`` neighbours."""
+    g = nx.random_regular_graph(degree, n, seed=graph_seed(seed, epoch, 0, stream))
+    if not nx.is_connected(g):
+        g.add_edges_from((i, (i + 1) % n) for i in range(n))
+    return Graph.from_networkx(g, n)
 
 
 def check_regular_degree(field: str, degree: int, n: int) -> None:

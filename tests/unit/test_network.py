@@ -404,3 +404,27 @@ def test_honest_and_worst_cluster_accuracy_by_hand():
 # rules are tested above one by one, these runs test that their draws do not depend on the processes.
 
 
+
+
+def test_a_methods_own_regular_graph_joins_a_disconnected_draw_with_a_ring_as_the_reference():
+    """network.regular_graph (EL-Oracle's, DePRL's, Facade's, FedSPD's graph): networkx's draw from (seed, epoch,
+    stream), and where that draw is not connected, the ring i — i+1 mod n added (decentralizepy's Regular and
+    Graph.connect_graph); a connected draw is taken as it is."""
+    from fedclust.network import graph_seed, regular_graph
+
+    seen = {True: 0, False: 0}
+    for epoch in range(30):   # 2-regular graphs of 12 clients: unions of cycles, often several
+        want = nx.random_regular_graph(2, 12, seed=graph_seed(7, epoch, 0, "deprl"))
+        connected = nx.is_connected(want)
+        seen[connected] += 1
+        if not connected:
+            for i in range(12):   # the plain rule, one edge at a time
+                want.add_edge(i, (i + 1) % 12)
+        got = regular_graph(12, 2, 7, epoch, "deprl")
+        assert [set(got.idx[i][got.valid[i]].tolist()) for i in range(12)] == \
+            [set(want.neighbors(i)) for i in range(12)], epoch
+        g = nx.Graph()
+        g.add_nodes_from(range(12))
+        g.add_edges_from((i, int(j)) for i in range(12) for j in got.idx[i][got.valid[i]])
+        assert nx.is_connected(g)
+    assert seen[True] and seen[False]   # both cases met
