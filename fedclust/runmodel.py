@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedclust import rng
 from fedclust.data import registry as data_registry
 from fedclust.engine.layout import ParamLayout
 from fedclust.models import build_model, initial_weights, make_net
@@ -61,10 +62,25 @@ class RunModel:
         return self.w0.clone() if seed == self.seed else initial_weights(self.spec, self.input_shape,
                                                                          self.classes, seed)[1]
 
+    def client_rows(self, client_ids: torch.Tensor) -> torch.Tensor:
+        """``[C, P]``: each client's own initial model (config ``train.init=per_client``), the default init under
+        :func:`client_seed` of (run seed, client): the same row on any number of processes."""
+        ids = [int(i) for i in client_ids.cpu()]
+        if not ids:
+            return self.w0.new_zeros(0, self.parameters)
+        return torch.stack([self.init(client_seed(self.seed, i)) for i in ids])
+
     def net(self, engine: str = "auto", device: str = "cpu", unequal: bool = False):
         """``(net, why)``: what the engine trains for this model and ``engine`` on ``device``
         (:func:`fedclust.models.make_net`); ``unequal``: the clients hold different numbers of examples."""
         return make_net(self.spec, self.input_shape, self.classes, engine, device, self.seed, unequal=unequal)
+
+
+def client_seed(seed: int, client: int) -> int:
+    """The seed of client ``client``'s own initial model in a run of seed ``seed`` (``train.init=per_client``): a
+    32-bit hash of (seed, client), never the run's seed itself for a client."""
+    h = int(rng.hash_ints(seed, 0, "init", client, 0))
+    return h if h != seed else (h + 1) % 2**32
 
 
 @functools.lru_cache(maxsize=8)

@@ -146,7 +146,10 @@ _ROUND_END_HOOKS: list[Callable[[Setup, LoopState, str], None]] = []
 
 def fresh_state(setup: Setup) -> LoopState:
     """The state before round 1 of a run on this rank (the bench tools start from it too)."""
-    return LoopState.fresh(setup.shard, setup.ctx, setup.algo, setup.data.clusters)
+    rows = None
+    if setup.cfg.train.init == "per_client":   # each client its own default init: C model builds, once
+        rows = run_model(setup.cfg).client_rows(setup.shard.client_ids)
+    return LoopState.fresh(setup.shard, setup.ctx, setup.algo, setup.data.clusters, rows)
 
 
 def add_round_end_hook(hook: Callable[[Setup, LoopState, str], None]) -> None:

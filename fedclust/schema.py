@@ -76,6 +76,7 @@ Device = Literal["auto", "cpu", "cuda"]
 ResumeMode = Literal["auto", "never", "require"]
 GraphKind = Literal["complete", "ring", "regular", "erdos_renyi", "small_world", "file"]
 AttackKind = Literal["sign_flip", "gaussian", "label_flip"]
+InitKind = Literal["common", "per_client"]
 PRECISIONS = typing.get_args(Precision)
 
 
@@ -311,6 +312,14 @@ class TrainConfig:
     """local minibatch size, `>= 1`."""
     local_epochs: int = 3
     """local epochs over the client's training set per round, `>= 1`."""
+    init: InitKind = "common"
+    """the clients' models before round 1: `common` (every client from one model, the model's default init under
+    `seed`: the PANM paper's setting) or `per_client` (each client its own, the default init under a seed of (seed,
+    client), as decentralizepy's DAC, DePRL, D-PSGD and Facade nodes start); `per_client` for peer-to-peer methods.
+
+    A method's own further models (Facade's heads, DFCA's, FedSPD's and IFCA's cluster models) start as with
+    `common`; only each client's model differs. See [Common ground](algorithms.md#common-ground).
+    """
 
     def round_lr(self, t: int) -> float:
         """The lr of round t (1-based): ``lr · lr_decay^⌊(t − 1)/lr_decay_every⌋``

@@ -58,12 +58,15 @@ class LoopState:
         return self.seconds_before + (time.time() - self.started)
 
     @classmethod
-    def fresh(cls, shard: Shard, ctx: Context, algo: Algorithm, clusters: torch.Tensor | None) -> "LoopState":
-        """Round 0: every client at ``ctx.w0``, the algorithm's initial state; ``clusters`` [n] the true ones
-        (None: unknown), kept for neighbors.npz."""
+    def fresh(cls, shard: Shard, ctx: Context, algo: Algorithm, clusters: torch.Tensor | None,
+              rows: torch.Tensor | None = None) -> "LoopState":
+        """Round 0: every client at ``ctx.w0`` (or at its row of ``rows``, ``[C, P]``: config
+        ``train.init=per_client``), the algorithm's initial state; ``clusters`` [n] the true ones (None: unknown),
+        kept for neighbors.npz."""
         C = len(shard.client_ids)
         peers, counts = empty_counts(C, 0, shard.device)
-        return cls(round=0, flat=ctx.w0.expand(C, -1).clone(), algo_state=algo.init(ctx),
+        flat = ctx.w0.expand(C, -1).clone() if rows is None else rows.to(ctx.w0.device, ctx.w0.dtype).clone()
+        return cls(round=0, flat=flat, algo_state=algo.init(ctx),
                    traffic=Traffic(C, shard.device), stage1_peers=peers, stage1_counts=counts,
                    saved={} if clusters is None else {"clusters": clusters.cpu().numpy()})
 

@@ -473,6 +473,10 @@ class Algorithm:
         ``needs_l``, ``keeps_k_of_l``, ``needs_stages``), then each section's
         choices and ``validate``; override to add more (call super)."""
         a, n = cfg.algorithm, cfg.clients
+        if cfg.train.init == "per_client" and cls.topology != "peer":
+            raise ConfigError("train.init", "per_client", f"{cls.name} is a server method: every client starts a "
+                              "round from the server's model, so an initial model a client is undone at once; use "
+                              "train.init=common")
         if cls.needs_k:
             if a.k < 1:
                 raise ConfigError("algorithm.k", a.k, f"{cls.name} averages with k >= 1 neighbours")

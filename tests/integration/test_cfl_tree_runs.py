@@ -7,7 +7,7 @@ from fedclust.algorithms import cfl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 
-from test_cfl_tree import _records, _run  # noqa: E402
+from test_cfl_tree import _records, _run, one_thread  # noqa: E402, F401  (fixtures among them)
 
 
 def test_resumed_run_with_a_tree_ends_exactly_as_an_uninterrupted_one(tmp_path, one_thread):

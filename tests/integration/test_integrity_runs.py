@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from test_integrity import HOOKS, _free_port, _signal_at_marker, _tmpfs, corrupt_weights  # noqa: E402
+from test_integrity import HOOKS, _free_port, _signal_at_marker, _tmpfs, corrupt_weights, killed  # noqa: E402, F401  (fixtures among them)
 from test_resume import ROOT, assert_uninterrupted, command, env, fake_scontrol, launch, overrides, wait_for_lines
 
 from fedclust import checkpoint

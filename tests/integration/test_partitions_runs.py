@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from test_partitions import SMALL  # noqa: E402
+from test_partitions import SMALL, pool  # noqa: E402, F401  (fixtures among them)
 
 from fedclust.config import load_config
 

@@ -4,7 +4,7 @@ import os
 import sys
 from pathlib import Path
 
-from test_run_dir_marker import SMALL, _audit, config, small_run  # noqa: E402
+from test_run_dir_marker import SMALL, _WRITES, _audit, config, small_run  # noqa: E402, F401  (fixtures among them)
 
 from fedclust import checkpoint
 from fedclust.cli import main
