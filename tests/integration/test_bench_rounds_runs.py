@@ -1,4 +1,5 @@
-"""Whole runs of test_bench_rounds.py (tests/unit/test_bench_rounds.py holds its unit tests): fedclust bench-rounds: runs each algorithm and splits its round times by stage."""
+"""The whole-run tests of tests/unit/test_bench_rounds.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import json
 

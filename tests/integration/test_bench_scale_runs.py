@@ -1,4 +1,5 @@
-"""Whole runs of test_bench_scale.py (tests/unit/test_bench_scale.py holds its unit tests): fedclust bench-scale: round time, gather bytes and peak memory per client count,"""
+"""The whole-run tests of tests/unit/test_bench_scale.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""Whole runs of test_centralized.py (tests/unit/test_centralized.py holds its unit tests): Centralized rivals (SPEC §5): FedAvg, FedProx, IFCA, CFL, FedGroup,"""
+"""The whole-run tests of tests/unit/test_centralized.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""Whole runs of test_cfl_tree.py (tests/unit/test_cfl_tree.py holds its unit tests): CFL's tree of cluster models (the reference code's server.cache_model) and"""
+"""The whole-run tests of tests/unit/test_cfl_tree.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Whole runs of test_contract.py (tests/unit/test_contract.py holds its unit tests): The plug-in contract is safe by default (docs/adding-an-algorithm.md):"""
+"""The whole-run tests of tests/unit/test_contract.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Whole runs of test_datasets.py (tests/unit/test_datasets.py holds its unit tests): Data sets as plug-ins (fedclust/data/registry.py): the registry, a data set"""
+"""The whole-run tests of tests/unit/test_datasets.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Whole runs of test_exchange.py (tests/unit/test_exchange.py holds its unit tests): The round's exchange in column blocks (config ``exchange_mb``): the gossip"""
+"""The whole-run tests of tests/unit/test_exchange.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Whole runs of test_fpfc_official_data.py (tests/unit/test_fpfc_official_data.py holds its unit tests): The data and the CNN of FPFC's official MNIST/FMNIST code, rebuilt for fedclust (issue 21 part 4):"""
+"""The whole-run tests of tests/unit/test_fpfc_official_data.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import json
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Whole runs of test_fpfc_official.py (tests/unit/test_fpfc_official.py holds its unit tests): FPFC as its authors' official code runs it (``fpfc.mode=official``, issue"""
+"""The whole-run tests of tests/unit/test_fpfc_official.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import json
 

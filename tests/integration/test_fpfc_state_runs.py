@@ -1,4 +1,5 @@
-"""Whole runs of test_fpfc_state.py (tests/unit/test_fpfc_state.py holds its unit tests): FPFC's compact, sharded pair state (fedclust.algorithms.fpfc, issue 20)"""
+"""The whole-run tests of tests/unit/test_fpfc_state.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import json
 import shutil

@@ -1,4 +1,5 @@
-"""Whole runs of test_integrity.py (tests/unit/test_integrity.py holds its unit tests): A checkpoint that is not what was written is never used, and every message"""
+"""The whole-run tests of tests/unit/test_integrity.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import json
 import os

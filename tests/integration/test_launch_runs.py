@@ -1,4 +1,5 @@
-"""Whole runs of test_launch.py (tests/unit/test_launch.py holds its unit tests): launch.grid and launch.submit without Slurm: grid expansion, run"""
+"""The whole-run tests of tests/unit/test_launch.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 from __future__ import annotations
 

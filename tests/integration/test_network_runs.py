@@ -1,4 +1,5 @@
-"""Whole runs of test_network.py (tests/unit/test_network.py holds its unit tests): Communication graphs (config ``network``, fedclust.network): the graphs"""
+"""The whole-run tests of tests/unit/test_network.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Whole runs of test_partitions.py (tests/unit/test_partitions.py holds its unit tests): Partitions researchers use (issue 36): data.partition (iid, dirichlet, shards), data.quantity_skew, any number"""
+"""The whole-run tests of tests/unit/test_partitions.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Whole runs of test_plugins.py (tests/unit/test_plugins.py holds its unit tests): The plug-in boundary: an algorithm defined outside fedclust (the example,"""
+"""The whole-run tests of tests/unit/test_plugins.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import subprocess
 import sys

@@ -1,4 +1,5 @@
-"""Whole runs of test_rendezvous.py (tests/unit/test_rendezvous.py holds its unit tests): Two runs on one rendezvous address never merge (issue 43): every rank"""
+"""The whole-run tests of tests/unit/test_rendezvous.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import json
 import subprocess

@@ -1,4 +1,5 @@
-"""Whole runs of test_report_settings.py (tests/unit/test_report_settings.py holds its unit tests): fedclust report never averages runs whose settings differ (issue 44, part 1): a run's setting is every key that"""
+"""The whole-run tests of tests/unit/test_report_settings.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""Whole runs of test_run_dir_marker.py (tests/unit/test_run_dir_marker.py holds its unit tests): Never delete what fedclust did not write: a run directory carries its own marker (.fedclust-run), written"""
+"""The whole-run tests of tests/unit/test_run_dir_marker.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 import os
 import sys
 from pathlib import Path
 
-from test_run_dir_marker import SMALL, _WRITES, _audit, config, small_run  # noqa: E402, F401  (fixtures among them)
+from test_run_dir_marker import SMALL, config, small_run  # noqa: E402
 
 from fedclust import checkpoint
 from fedclust.cli import main
@@ -15,6 +16,22 @@ from fedclust.outputs import (
     is_marked,
 )
 from fedclust.runner import prepare, run
+
+
+
+_WRITES: list[tuple[str, str]] | None = None   # (event, path) of each write-intent while a test records
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _WRITES is None or event not in ("open", "os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.symlink"):
+        return
+    if event == "open":
+        flags = args[2] if isinstance(args[2], int) else 0
+        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND):
+            return
+    target = args[1] if event in ("os.rename", "os.symlink") else args[0]
+    if isinstance(target, (str, bytes, os.PathLike)):
+        _WRITES.append((event, os.fsdecode(target)))
 
 
 def test_a_fresh_start_in_a_run_directory_keeps_the_users_files(tmp_path, capsys):

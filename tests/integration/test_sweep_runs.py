@@ -1,4 +1,5 @@
-"""Whole runs of test_sweep.py (tests/unit/test_sweep.py holds its unit tests): W&B sweep files (configs/sweeps/), launch.sweep (their points expanded"""
+"""The whole-run tests of tests/unit/test_sweep.py's subject (runs in this process or launched ones); the unit
+tests are in that file."""
 
 from __future__ import annotations
 

@@ -227,19 +227,3 @@ def test_an_earlier_versions_config_yaml_is_read_as_fedclusts(tmp_path):
 
 # ----------------------------------------------------------------------------
 # The marker is the first thing written
-
-_WRITES: list[tuple[str, str]] | None = None   # (event, path) of each write-intent while a test records
-
-
-def _audit(event: str, args: tuple) -> None:
-    if _WRITES is None or event not in ("open", "os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.symlink"):
-        return
-    if event == "open":
-        flags = args[2] if isinstance(args[2], int) else 0
-        if not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND):
-            return
-    target = args[1] if event in ("os.rename", "os.symlink") else args[0]
-    if isinstance(target, (str, bytes, os.PathLike)):
-        _WRITES.append((event, os.fsdecode(target)))
-
-
