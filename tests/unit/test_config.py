@@ -1,5 +1,6 @@
 """Config loading, overrides and validation errors (field, value, fix)."""
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -378,9 +379,15 @@ def test_yaml_booleans_for_a_word_name_the_word():
     assert e.value.field == "wandb.mode" and "wandb.mode=disabled" in e.value.fix
 
 
-def _messages():
+@functools.lru_cache(maxsize=1)
+def _messages() -> tuple:
     """``(file, line, field, texts)`` of every ConfigError, one_of, finite, at_least and within call in fedclust/
-    whose field is a string literal; ``texts`` are the string pieces of its other arguments."""
+    whose field is a string literal; ``texts`` are the string pieces of its other arguments.  Parsed once per
+    process (every parametrized test reads it)."""
+    return tuple(_parse_messages())
+
+
+def _parse_messages():
     import ast
 
     root = Path(__file__).resolve().parents[2] / "fedclust"
