@@ -28,21 +28,27 @@ GOLDEN_OVERRIDES = [
 WALL_TIME_KEYS = ("round_seconds", "wall_seconds", "mean_round_seconds", "process_seconds", "starts")
 
 
-def golden_run(name: str, out: Path) -> list[dict]:
-    """The run on one CPU thread (sums over threads round differently with
-    their number: the files must not depend on the machine's cores)."""
+def run_on_one_thread(cfg) -> dict:
+    """``fedclust.runner.run`` of ``cfg`` in this process on one CPU thread (sums over threads round differently
+    with their number), the thread count restored after; its summary."""
     import torch
 
-    from fedclust.config import load_config
     from fedclust.runner import prepare, run
 
-    cfg = load_config(None, GOLDEN_OVERRIDES + [f"algorithm.name={name}", f"out={out}"])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        run(cfg, prepare(cfg))
+        return run(cfg, prepare(cfg))
     finally:
         torch.set_num_threads(threads)
+
+
+def golden_run(name: str, out: Path) -> list[dict]:
+    """The run on one CPU thread (sums over threads round differently with
+    their number: the files must not depend on the machine's cores)."""
+    from fedclust.config import load_config
+
+    run_on_one_thread(load_config(None, GOLDEN_OVERRIDES + [f"algorithm.name={name}", f"out={out}"]))
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if k not in WALL_TIME_KEYS} for r in lines]
 

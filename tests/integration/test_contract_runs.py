@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from record import GOLDEN_OVERRIDES
+from record import GOLDEN_OVERRIDES, run_on_one_thread
 from test_contract import ALGORITHM_PLUGINS, ROOT, _registered_by  # noqa: E402
 
 from fedclust.algorithms import registry
@@ -19,8 +18,6 @@ from fedclust.errors import ConfigError
 def test_every_algorithm_plugin_runs_in_column_blocks_or_is_refused_them(tmp_path, path):
     """exchange_mb=1: an algorithm plug-in that declares column_exchange runs (4 rounds, one process); one that
     does not is refused by the config check, naming exchange_mb; none fails inside a round."""
-    from fedclust.runner import prepare, run
-
     names = _registered_by(path)
     assert names, f"{path} registers no algorithm"
     for name in names:
@@ -31,12 +28,6 @@ def test_every_algorithm_plugin_runs_in_column_blocks_or_is_refused_them(tmp_pat
                 load_config(None, args)
             assert err.value.field == "exchange_mb" and "exchange_mb=0" in str(err.value), name
             continue
-        cfg = load_config(None, args)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            run(cfg, prepare(cfg))
-        finally:
-            torch.set_num_threads(threads)
+        run_on_one_thread(load_config(None, args))
         records = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         assert [r["round"] for r in records] == [1, 2, 3, 4], name

@@ -5,24 +5,17 @@ from __future__ import annotations
 
 import json
 
-import torch
 import yaml
+from record import run_on_one_thread
 
 from fedclust.config import load_config
-from fedclust.runner import prepare, run
 
 ARGS = ["data.name=synthetic", "model=mlp", "data.train_size=40", "data.test_size=20", "clients=6", "rounds=2",
         "algorithm.name=dac", "algorithm.k=2", "progress=false", "figures=false", "seed=2"]
 
 
 def _run(out, extra):
-    cfg = load_config(None, ARGS + [f"out={out}"] + extra)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run(cfg, prepare(cfg))
-    finally:
-        torch.set_num_threads(threads)
+    run_on_one_thread(load_config(None, ARGS + [f"out={out}"] + extra))
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
