@@ -19,12 +19,24 @@ for folder in (TESTS / "golden", TESTS / "integration", TESTS / "unit", TESTS): 
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config):
+def pytest_configure(config):
     """With pytest-xdist's ``-n N``, group-aware distribution (``--dist loadgroup``): the Slurm tests share one
-    worker and one cluster, and the tests of a shared whole-run fixture one worker (``xdist_group``).  Set here,
-    not in addopts, so that ``python -m pytest`` starts where pytest-xdist is not installed."""
-    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", None) == "no":
+    worker and one cluster, and the tests of a shared whole-run fixture one worker (``xdist_group``), which
+    launches its runs once instead of once per worker that draws one of its tests.  Not in addopts, so that
+    ``python -m pytest`` starts where pytest-xdist is not installed.  ``--dist`` given other than ``load`` wins.
+
+    Two halves: the controller's scheduler reads the option after this hook (pytest-xdist's own configure is
+    trylast; its cmdline_main has already turned ``-n N`` into ``load``), and each worker, which parses the
+    command line afresh, hears it from :func:`pytest_configure_node` and then tags its tests with their group."""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", None) in ("no", "load"):
         config.option.dist = "loadgroup"
+    if getattr(config, "workerinput", {}).get("fedclust_loadgroup"):
+        config.option.loadgroup = True
+
+
+@pytest.hookimpl(optionalhook=True)   # pytest-xdist's hook: absent without the plugin
+def pytest_configure_node(node):
+    node.workerinput["fedclust_loadgroup"] = node.config.option.dist == "loadgroup"
 
 
 def pytest_collection_modifyitems(config, items):
