@@ -102,7 +102,8 @@ def data_source(cfg: Config, data: FederatedData) -> str:
     if data.source is None:
         return f"{cfg.data.name}, generated"
     source = Path(data.source)
-    if source.is_file():   # a data file (data.path), not a folder under data.root
+    given = Path(cfg.data.path).expanduser().resolve() if cfg.data.path else None
+    if source.is_file() or source == given:   # a data file or folder (data.path), not a folder under data.root
         return f"{cfg.data.name} from {source}"
     root = Path(cfg.data.root).expanduser().resolve()
     if source == root or root in source.parents:

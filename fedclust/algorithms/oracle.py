@@ -39,9 +39,8 @@ class Oracle(KPeers):
         ds = data_registry.find(cfg.data.name)   # an unknown name is the data check's to refuse
         if ds is not None and not ds.has_true_clusters(cfg.data):
             raise ConfigError("data.path", cfg.data.path,
-                              "oracle draws its peers from the true clusters, which this data does not give: add a "
-                              "`cluster` array (the true cluster of every client, [clients] integers) to the file, "
-                              "or choose another algorithm")
+                              "oracle draws its peers from the true clusters, which this data does not give: "
+                              f"{ds.true_clusters_fix}, or choose another algorithm")
 
     def select(self, state: None, ctx: Context, view: RoundView):
         """Stateless: the true same-cluster peers are read from ``ctx.clusters`` each round (no [C, n] state)."""

@@ -38,10 +38,11 @@ def check_data(cfg: DataConfig, num_clients: int) -> None:
     and the fix, or DataError for a bad data file)."""
     ds = dataset(cfg)
     if cfg.options and not ds.takes_options:   # a config slip, named before the data is read
+        takers = ", ".join(registry.taking_options())
         raise ConfigError("data.options", cfg.options,
-                          f"data set {cfg.name!r} takes no options (they are keyword arguments of the torchvision "
-                          "class of data.name=torchvision:NAME, e.g. data.options.split=balanced for "
-                          "torchvision:EMNIST): drop data.options (leave it {})")
+                          f"data set {cfg.name!r} takes no options (only {takers} read them, e.g. the keyword "
+                          "arguments of the torchvision class of data.name=torchvision:NAME: "
+                          "data.options.split=balanced for torchvision:EMNIST): drop data.options (leave it {})")
     ds.check(cfg, num_clients)   # a data set's own words first; then what it would ignore
     refuse_layout(cfg, tuple(f for f in LAYOUT_KEYS if f not in ds.layout_keys),
                   f"data set {cfg.name!r} does not apply it (its clients and clusters are its own)")

@@ -292,6 +292,8 @@ class DataSet:
     # whether it reads data.options (torchvision:NAME: the class's keyword arguments); check_data refuses them
     # for a data set that does not, so that none is silently ignored
     takes_options: ClassVar[bool] = False
+    # oracle's fix when the data gives no true cluster (has_true_clusters is false), in its error
+    true_clusters_fix: ClassVar[str] = "give the true cluster of every client"
 
     def __init__(self, argument: str | None = None):
         self.argument = argument

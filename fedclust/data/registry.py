@@ -46,6 +46,11 @@ def names() -> list[str]:
     return DATASETS.names()
 
 
+def taking_options() -> list[str]:
+    """The registered names (as written in data.name) of the data sets that read ``data.options``."""
+    return sorted(_shown(c) for c in DATASETS.classes() if c.takes_options)
+
+
 def builtin_names() -> list[str]:
     return DATASETS.builtin_names()
 

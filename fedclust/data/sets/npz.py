@@ -306,9 +306,9 @@ def _stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
     return tuple(float(v) for v in mean), tuple(float(v) for v in std)
 
 
-def _classes(path: str, arrays: dict, ys: dict) -> int:
+def _classes(path: str, arrays: dict, ys: dict, given: str = "num_classes") -> int:
     """K: the file's ``num_classes``, checked against its labels, or the largest label + 1 with every label
-    0..K-1 occurring in some split."""
+    0..K-1 occurring in some split; ``given`` names where a class count is given, in messages."""
     top = max(int(ys["train"].max()), int(ys["test"].max()))
     if "num_classes" in arrays:
         k = arrays["num_classes"]
@@ -319,8 +319,8 @@ def _classes(path: str, arrays: dict, ys: dict) -> int:
         if top >= k:
             split = "train" if int(ys["train"].max()) >= k else "test"
             i = int(torch.nonzero(ys[split] >= k)[0])
-            raise _bad(path, f"array 'y_{split}' holds label {int(ys[split][i])} at index {i} but num_classes is {k}",
-                       f"labels must be 0..{k - 1}, or raise num_classes")
+            raise _bad(path, f"array 'y_{split}' holds label {int(ys[split][i])} at index {i} but {given} is {k}",
+                       f"labels must be 0..{k - 1}, or raise {given}")
     else:
         k = top + 1
         if k < 2:
@@ -333,7 +333,7 @@ def _classes(path: str, arrays: dict, ys: dict) -> int:
             raise _bad(path, f"labels {missing[:10]}{' ...' if len(missing) > 10 else ''} of 0..{k - 1} occur in "
                        f"neither split, so the model would get {len(missing)} output(s) that no example has",
                        "renumber the labels 0..K-1 (numpy.unique(labels, return_inverse=True)[1]), or give "
-                       f"num_classes (an integer >= {k}) to keep them on purpose")
+                       f"{given} (an integer >= {k}) to keep them on purpose")
     return k
 
 
@@ -367,8 +367,10 @@ def _clients(path: str, arrays: dict, ys: dict):
     return client_train, client_test, cluster
 
 
-def check_arrays(path: str, arrays: dict) -> Arrays:
-    """Every check of the file's arrays (see the module docstring), then the arrays as tensors."""
+def check_arrays(path: str, arrays: dict, given: str = "num_classes") -> Arrays:
+    """Every check of the file's arrays (see the module docstring), then the arrays as tensors; ``given`` names
+    where a class count is given (the file's ``num_classes``; a data set building these arrays from its own
+    layout names its option), in messages."""
     missing = [k for k in POOL_ARRAYS if k not in arrays]
     if missing:
         raise _bad(path, f"missing array(s) {', '.join(missing)} (it holds: {', '.join(sorted(arrays)) or 'nothing'})",
@@ -379,7 +381,7 @@ def check_arrays(path: str, arrays: dict) -> Arrays:
     if xs["train"].shape[1:] != xs["test"].shape[1:]:
         raise _bad(path, f"x_train's examples have shape {list(xs['train'].shape[1:])} but x_test's "
                          f"{list(xs['test'].shape[1:])}", "give both splits the same input shape")
-    k = _classes(path, arrays, ys)
+    k = _classes(path, arrays, ys, given)
     client_train, client_test, cluster = _clients(path, arrays, ys)
     mean, std = _stats(xs["train"])
     return Arrays(xs["train"], ys["train"], xs["test"], ys["test"], client_train, client_test, cluster, k, mean,
@@ -409,47 +411,65 @@ def read_arrays(cfg: DataConfig) -> Arrays:
 
 @register
 class Npz(PoolDataSet):
+    """``data.name=npz``; a data set that builds the same arrays from a layout of its own (``leaf``, ``hf``)
+    subclasses it and overrides :meth:`arrays` (and the words of :meth:`own_clients`, :meth:`client_ids`), so
+    that its clients are checked and loaded exactly as a file of your own clients."""
+
     name = "npz"
     default_model = "mlp"
     scale = None        # inputs as stored, normalized by x_train's statistics
+    # oracle's fix when the data gives no true cluster (has_true_clusters is false)
+    true_clusters_fix = ("add a `cluster` array (the true cluster of every client, [clients] integers) to the "
+                         "file")
+
+    def arrays(self, cfg: DataConfig) -> Arrays:
+        """The checked arrays of the data (read once per process)."""
+        return read_arrays(cfg)
+
+    def own_clients(self, a: Arrays) -> str:
+        """What the data's clients are, in messages."""
+        return ("your own clients (client_train, client_test), which keep their own examples and clusters (the "
+                "file's 'cluster' array, if any)")
+
+    def client_ids(self, a: Arrays) -> str:
+        """Where the client count comes from, in messages."""
+        return f"ids 0..{a.num_clients - 1} in client_train and client_test"
 
     def kind_of(self, cfg: DataConfig) -> str:
-        return "client" if read_arrays(cfg).natural else "pool"
+        return "client" if self.arrays(cfg).natural else "pool"
 
     def raw(self, cfg: DataConfig) -> RawData:
-        a = read_arrays(cfg)
+        a = self.arrays(cfg)
         return RawData(a.train_x, a.train_y, a.test_x, a.test_y, a.source)
 
     def input_shape(self, cfg: DataConfig) -> tuple[int, ...]:
-        return tuple(read_arrays(cfg).train_x.shape[1:])
+        return tuple(self.arrays(cfg).train_x.shape[1:])
 
     def num_classes(self, cfg: DataConfig) -> int:
-        return read_arrays(cfg).num_classes
+        return self.arrays(cfg).num_classes
 
     def normalization(self, cfg: DataConfig):
-        a = read_arrays(cfg)
+        a = self.arrays(cfg)
         return a.mean, a.std
 
     def has_true_clusters(self, cfg: DataConfig) -> bool:
         try:
-            a = read_arrays(cfg)
+            a = self.arrays(cfg)
         except (ConfigError, DataError):
             return True          # the data check names the problem
         return not a.natural or a.cluster is not None
 
     def check(self, cfg: DataConfig, num_clients: int) -> None:
-        a = read_arrays(cfg)
+        a = self.arrays(cfg)
         if not a.natural:
             super().check(cfg, num_clients)
             return
         check_cluster_kind(cfg)
-        refuse_layout(cfg, LAYOUT_KEYS,
-                      f"{a.source} holds your own clients (client_train, client_test), which keep their own "
-                      "examples and clusters (the file's 'cluster' array, if any) and take no transform")
+        refuse_layout(cfg, LAYOUT_KEYS, f"{a.source} holds {self.own_clients(a)} and take no transform")
         n = a.num_clients
         if num_clients != n:
-            raise ConfigError("clients", num_clients, f"{a.source} holds {n} clients (ids 0..{n - 1} in client_train "
-                              f"and client_test): set clients={n}")
+            raise ConfigError("clients", num_clients, f"{a.source} holds {n} clients ({self.client_ids(a)}): "
+                              f"set clients={n}")
         if a.cluster is not None:   # the file says how many: read from it, unless a different count is given
             k = int(a.cluster.max()) + 1
             if cfg.num_clusters not in (k, DataConfig.num_clusters):
@@ -460,7 +480,7 @@ class Npz(PoolDataSet):
 
     def load(self, cfg: DataConfig, num_clients: int, seed: int, ids: torch.Tensor,
              device: torch.device) -> FederatedData:
-        a = read_arrays(cfg)
+        a = self.arrays(cfg)
         if not a.natural:
             return super().load(cfg, num_clients, seed, ids, device)
         owner_train, owner_test = a.owners()
