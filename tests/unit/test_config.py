@@ -431,7 +431,8 @@ def test_every_key_a_message_names_exists(source):
         if path != source or field == "CONFIG" or field.startswith("--"):   # the CONFIG file; theory's options
             continue
         named = [field] + [k for t in texts for k in key_names_in(t, sections)]
-        wrong += [f"{path}:{line}: {k}" for k in named if k not in keys]
+        # data.options is a mapping whose keys each data set reading it declares: data.options.KEY is a key too
+        wrong += [f"{path}:{line}: {k}" for k in named if k not in keys and not k.startswith("data.options.")]
     assert not wrong, "messages name keys that do not exist:\n" + "\n".join(wrong)
 
 
