@@ -25,7 +25,8 @@ def results(out) -> tuple[list[dict], dict]:
     return metrics(out), summary(out)
 
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden"
 # Algorithms whose killed and resumed 2-process runs tests/integration/test_resume.py compares with their golden files
 # (so tests/unit/test_plugins.py need not launch them on 2 processes again): one of each kind of state (PANM's
 # lists and similarities, IFCA's cluster models, FedGroup's groups); random and panm_loss keep no state of
@@ -57,6 +58,7 @@ FAULT_RUNS = [
               "exchange_mb=0.1", "dfca.init=local", "attack.fraction=0.25", "attack.kind=sign_flip")),
 ]
 FAULTED_ON_TWO = tuple(name for name, _ in FAULT_RUNS)
+EXCHANGE_RUNS = ("panm_grad", "fedavg", "ifca")   # random: with blocks under faults, above
 
 
 # The SIMD features of the CPU that pick torch's, MKL's and oneDNN's kernels: two CPUs with the same ATen capability
@@ -136,4 +138,20 @@ def one_and_two_runs() -> dict[str, list[str]]:
                                 "data.synthetic_alpha=0", "data.synthetic_beta=0", "seed=0", "rounds=4",
                                 "progress=false", "figures=false", "model=mlp", "algorithm.name=ifca",
                                 "ifca.restarts=2", "ifca.restart_rounds=1", "participation=0.5"]
+    # tests/integration/test_plugins_runs.py: every built-in algorithm not compared on 2 processes elsewhere, as the
+    # golden files run it, and the example plug-in algorithm
+    from fedclust.algorithms import registry
+
+    for name in registry.builtin_names():
+        if name not in RESUMED_ON_TWO and name not in FAULTED_ON_TWO:
+            runs[f"golden/{name}"] = [*GOLDEN_OVERRIDES, f"algorithm.name={name}"]
+    runs["outside/threshold_gossip"] = [*GOLDEN_OVERRIDES, "algorithm.name=threshold_gossip",
+                                        f"plugins=[{ROOT / 'examples' / 'threshold_gossip.py'}]",
+                                        "threshold_gossip.threshold=0.3"]
+    # tests/integration/test_exchange_runs.py: with a 0.1 MB exchange budget (dozens of blocks a pass) and without
+    for name in EXCHANGE_RUNS:
+        extra = ["participation=0.5"] if name in ("fedavg", "ifca") else []
+        common = [*GOLDEN_OVERRIDES, f"algorithm.name={name}", "checkpoint_every=2"]
+        runs[f"exchange/{name}"] = [*common, "exchange_mb=0.1", *extra]
+        runs[f"exchange_whole/{name}"] = [*common, *extra]
     return runs

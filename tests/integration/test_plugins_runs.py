@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from record import GOLDEN_OVERRIDES
-from run_files import FAULTED_ON_TWO, RESUMED_ON_TWO, golden, golden_here, results
+from run_files import FAULTED_ON_TWO, RESUMED_ON_TWO, golden, golden_here, metrics, results
 
 from fedclust.algorithms import registry
 from fedclust.config import load_config, run_facts
@@ -15,14 +14,12 @@ from fedclust.errors import ConfigError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 
-from test_plugins import FAILING, PLUGIN, ROOT, launch  # noqa: E402
+from test_plugins import FAILING, PLUGIN, ROOT  # noqa: E402
 
 
-def test_an_outside_algorithm_runs_on_one_and_two_processes(tmp_path):
-    args = GOLDEN_OVERRIDES + ["algorithm.name=threshold_gossip", f"plugins=[{PLUGIN}]",
-                               "threshold_gossip.threshold=0.3"]
-    one = launch(1, args + [f"out={tmp_path / 'one'}"])
-    two = launch(2, args + [f"out={tmp_path / 'two'}"])
+@pytest.mark.xdist_group("one_and_two")   # launched with the other 1-and-2-process runs (conftest.py)
+def test_an_outside_algorithm_runs_on_one_and_two_processes(one_and_two):
+    one, two = (metrics(one_and_two[n] / "outside" / "threshold_gossip") for n in (1, 2))
     assert [r["round"] for r in one] == list(range(1, 9))
     for a, b in zip(one, two):
         assert a["neighbor_precision"] == pytest.approx(b["neighbor_precision"], abs=1e-12)
@@ -36,7 +33,7 @@ def test_an_outside_algorithm_runs_on_one_and_two_processes(tmp_path):
         load_config(None, [f"plugins=[{PLUGIN}]", "algorithm.name=threshold_gossip", "threshold_gossip.threshold=2",
                            "data.name=synthetic"])
     assert e.value.field == "threshold_gossip.threshold"
-    saved = load_config(tmp_path / "one" / "config.yaml")
+    saved = load_config(one_and_two[1] / "outside" / "threshold_gossip" / "config.yaml")
     assert saved.threshold_gossip.threshold == 0.3
 
 
@@ -52,18 +49,19 @@ def test_a_plugin_may_build_on_another():
     assert {"threshold_gossip", "failing_gossip"} <= set(registry.names())
 
 
+@pytest.mark.xdist_group("one_and_two")   # launched with the other 1-and-2-process runs (conftest.py)
 @pytest.mark.parametrize("name", [n for n in registry.builtin_names()
                                   if n not in RESUMED_ON_TWO and n not in FAULTED_ON_TWO])
-def test_every_registered_algorithm_runs_on_two_processes_as_on_one(tmp_path, name):
+def test_every_registered_algorithm_runs_on_two_processes_as_on_one(one_and_two, name):
     """On 2 processes, one thread each, a run equals the golden (1-process) files bit for bit where they were
     recorded with this torch and CPU. The algorithms in RESUMED_ON_TWO are compared so by test_resume.py,
     after a kill and a resume on 2 processes; those in FAULTED_ON_TWO by test_network.py, on 1 and 2 processes
     under several network faults at once."""
-    two = launch(2, GOLDEN_OVERRIDES + [f"algorithm.name={name}", f"out={tmp_path / 'two'}"])
+    two = one_and_two[2] / "golden" / name
     if golden_here():
-        assert results(tmp_path / "two") == golden(name)
+        assert results(two) == golden(name)
         return
-    golden_records, two = golden(name)[0], results(tmp_path / "two")[0]
+    golden_records, two = golden(name)[0], results(two)[0]
     assert len(two) == len(golden_records)
     for a, b in zip(golden_records, two):
         assert a["accuracy"] == pytest.approx(b["accuracy"], abs=0.01), a["round"]
