@@ -38,12 +38,38 @@ def stop() -> None:
 
 
 def sbatch(env: dict, *args: str, wait: bool = False, timeout: float = 600) -> tuple[subprocess.CompletedProcess, str]:
-    """Submit from the repository root; (the finished sbatch, job id)."""
-    cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), *args]
+    """Submit from the repository root; (the finished sbatch, job id).  With ``wait``, return once every task of
+    the job has ended, the returned process's returncode then being the job's highest exit code, as
+    ``sbatch --wait`` gives it; polled here every 0.3 s because ``sbatch --wait`` sleeps 2, 8, then 32 s between
+    its looks (a 10-second job returned after 42 s)."""
+    cmd = ["sbatch", "--parsable", *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     job = proc.stdout.strip().split(";")[0] if proc.stdout.strip() else ""
     assert job, f"sbatch printed no job id: {proc.stderr}"
+    if wait:
+        codes = wait_until(lambda: ended(env, job), timeout, f"job {job} to end")
+        proc = subprocess.CompletedProcess(proc.args, max(codes), proc.stdout, proc.stderr)
     return proc, job
+
+
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def ended(env: dict, job: str) -> list[int] | None:
+    """Each task's exit status once every task of ``job`` (one, or an array's) has ended (a signal counts as
+    128 + its number, as a shell gives it), else None.  The controller keeps ended jobs for MinJobAge (600 s
+    here: tests/slurm/start_cluster.sh)."""
+    out = subprocess.run(["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True).stdout
+    fields = [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in out.splitlines() if line.strip()]
+    if not fields or any(f.get("JobState") not in ENDED for f in fields):
+        return None
+    codes = []
+    for f in fields:
+        status, _, sig = f.get("ExitCode", "0:0").partition(":")
+        codes.append(128 + int(sig) if int(sig or 0) else int(status))
+    if any(f.get("JobState") != "COMPLETED" for f in fields) and not any(codes):
+        codes.append(1)   # ended otherwise than completed (cancelled before it ran, say): a failure
+    return codes
 
 
 def squeue_state(env: dict, job: str) -> str:
