@@ -40,7 +40,7 @@ import yaml
 from fedclust import upgrade
 from fedclust.algorithms import registry
 from fedclust.errors import CheckpointError, ConfigError
-from fedclust.models import definition_sha256, file_sha256, model_fingerprint, model_source
+from fedclust.models import definition_sha256, file_sha256, folder_sha256, model_fingerprint, model_source
 from fedclust.outputs import RUN_FILES, check_run_dir
 from fedclust.peers import pack_bits, unpack_bits  # noqa: F401  (how checkpoints hold bool masks)
 from fedclust.rank import Setup
@@ -282,8 +282,10 @@ def input_files(cfg) -> dict:
              "data.path": str(Path(cfg.data.path).resolve()) if cfg.data.path else None,
              "network.path": str(Path(net.path).resolve()) if net.graph == "file" and net.path else None,
              "network.availability": str(Path(net.availability).resolve()) if net.availability else None}
-    out = {key: {"path": path, "sha256": file_sha256(path)} for key, path in files.items()
-           if path and Path(path).is_file()}
+    out: dict[str, dict] = {key: {"path": path, "sha256": file_sha256(path)} for key, path in files.items()
+                            if path and Path(path).is_file()}
+    if files["data.path"] and Path(files["data.path"]).is_dir():   # data.name=leaf, hf: every file under it
+        out["data.path"] = {"path": files["data.path"], "sha256": folder_sha256(files["data.path"]), "folder": True}
     if "model" in out:
         _, shape, classes = model_spec(cfg)
         out["model"]["fingerprint"] = model_fingerprint(spec, shape, classes)
@@ -309,7 +311,8 @@ def changed_inputs(saved: dict, now: dict) -> str | None:
         if got is None or got["sha256"] != then["sha256"]:
             what = "is gone" if got is None else (f"changed (sha256 {then['sha256'][:12]}... -> "
                                                   f"{got['sha256'][:12]}...)")
-            return f"{key}: the file {then['path']} {what} since the checkpoint was written"
+            noun = "folder" if then.get("folder") else "file"   # a folder: a file under it changed, came or went
+            return f"{key}: the {noun} {then['path']} {what} since the checkpoint was written"
     return None
 
 

@@ -176,7 +176,8 @@ class DataConfig:
 
     name: str = "fmnist"
     """data set: `mnist`, `fmnist`, `cifar10`, `synthetic`, `npz` (your arrays, `data.path`),
-    `torchvision:NAME` (e.g. `torchvision:KMNIST`), or a plug-in's.
+    `torchvision:NAME` (e.g. `torchvision:KMNIST`), `leaf` and `hf` (naturally federated clients: LEAF's JSON
+    folder, a saved Hugging Face data set; `data.path`), or a plug-in's.
 
     See [Your own data set](own-model-and-data.md#your-own-data-set).
     """
@@ -258,7 +259,9 @@ class DataConfig:
     """let torchvision download a missing data set."""
     options: dict = field(default_factory=dict)
     """`data.name=torchvision:NAME`: keyword arguments of the torchvision class, e.g.
-    `data.options.split=balanced` for EMNIST (`{}`: none); other data sets take none (refused).
+    `data.options.split=balanced` for EMNIST; `leaf` and `hf`: their readers' options (`min_samples`, `shape`,
+    `num_classes`; `hf`: `client_column`, `input_column`, `label_column`; `leaf`: `images`, `image_size`)
+    (`{}`: none); other data sets take none (refused).
 
     `data.options.KEY=VALUE` sets one, `KEY=null` drops it; a file gives a mapping (`{split: balanced}`). See
     [Your own data set](own-model-and-data.md#your-own-data-set).
@@ -266,7 +269,9 @@ class DataConfig:
     path: str = ""
     """`data.name=npz`: a `.npz` (or torch `.pt`) file of named arrays: `x_train`, `y_train`, `x_test`,
     `y_test` (a pool split over clients like `fmnist`), plus `client_train`, `client_test` (each example's
-    client: your own clients, naturally federated) and optionally `cluster`, `num_classes`.
+    client: your own clients, naturally federated) and optionally `cluster`, `num_classes`. `data.name=leaf`:
+    the folder holding LEAF's `train/` and `test/`; `hf`: the folder `save_to_disk` wrote (every file under a
+    folder is hashed: a resume after one changed is refused).
 
     With `client_train` and `client_test`, `data.train_size` and `data.test_size` are ignored. Inputs are
     normalized by `x_train`'s per-channel mean and std. See [Your own data

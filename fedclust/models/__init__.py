@@ -31,6 +31,7 @@ from fedclust.models.user import (  # noqa: F401
     check_vmap,
     definition_sha256,
     file_sha256,
+    folder_sha256,
     is_user_model,
     model_fingerprint,
     model_source,
@@ -40,7 +41,8 @@ from fedclust.models.user import (  # noqa: F401
 
 __all__ = ["BuiltinModel", "MODELS", "register", "names", "builtin", "build_model", "check_input", "make_net",
            "model_record", "initial_weights",
-           "is_user_model", "model_source", "model_fingerprint", "file_sha256", "check_module", "user_factory"]
+           "is_user_model", "model_source", "model_fingerprint", "file_sha256", "folder_sha256", "check_module",
+           "user_factory"]
 
 
 def build_model(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:

@@ -67,6 +67,17 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def folder_sha256(path: str) -> str:
+    """The SHA-256 of a folder's files (a data set given as a folder: LEAF's train/ and test/, a saved Hugging
+    Face data set): of each regular file's path relative to the folder and its :func:`file_sha256`, in sorted
+    order, so that a file changed, added, removed or renamed anywhere under it changes the digest."""
+    root = Path(path)
+    h = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(f"{file.relative_to(root).as_posix()}\0{file_sha256(str(file))}\n".encode())
+    return h.hexdigest()
+
+
 # ----------------------------------------------------------------------------
 # What a resume is tied to: the model's definition and shapes, not every byte of its file
 

@@ -282,3 +282,28 @@ def test_a_short_run_in_process(tmp_path):
     assert summary["neighbor_precision"] is None and summary["rounds_completed"] == 2   # no true clusters
     assert summary["data_source"] == str((tmp_path / "d").resolve())
     assert 0.0 <= summary["final_accuracy"] <= 100.0
+
+
+def test_the_folder_is_hashed_file_by_file_and_a_resume_after_a_change_is_refused(tmp_path):
+    import hashlib
+
+    from fedclust.checkpoint import input_files
+    from fedclust.models import file_sha256
+    from fedclust.runner import prepare, run
+
+    make_leaf(tmp_path / "d")
+    args = SMALL + ["clients=6", "data.name=leaf", f"data.path={tmp_path / 'd'}", "algorithm.name=local",
+                    "checkpoint_every=1", f"out={tmp_path / 'r'}"]
+    cfg = load_config(None, args)
+    files = sorted(p for p in (tmp_path / "d").rglob("*") if p.is_file())
+    by_hand = hashlib.sha256("".join(f"{p.relative_to(tmp_path / 'd').as_posix()}\0{file_sha256(str(p))}\n"
+                                     for p in files).encode()).hexdigest()
+    got = input_files(cfg)["data.path"]
+    assert got["sha256"] == by_hand and got["folder"] is True and len(files) == 3
+    run(cfg, prepare(cfg))
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["data_sha256"] == by_hand
+    _rewrite(tmp_path / "d", "test", lambda o: _first(o)["x"][0].__setitem__(0, 9.0))   # one value under it
+    cfg = load_config(None, [a.replace("rounds=2", "rounds=3") for a in args])
+    with pytest.raises(ConfigError, match="the folder .* changed"):
+        run(cfg, prepare(cfg))
