@@ -84,3 +84,41 @@ def one_and_two(tmp_path_factory):
         assert proc.returncode == 0, proc.stderr[-3000:]
         got["stderr"][nproc] = proc.stderr
     return got
+
+
+@pytest.fixture(scope="session")
+def killed_on_two(tmp_path_factory):
+    """The runs of RESUMED_ON_TWO killed with SIGKILL after round KILL_AFTER on 2 processes (the job's whole
+    process group), then continued on 2 processes (one job for all) and, from a copy, on 1 (2 -> 1: rows
+    re-sharded; one job for all), with the uninterrupted runs to compare with where no golden files were recorded
+    on a machine like this one: the folder holding killed/<name>, killed_to_one/<name>, whole/<name> and
+    whole_one/<name>; and FPFC's head fusion (tests/integration/test_fpfc_state_runs.py) as killed/fpfc_head,
+    killed_to_one/fpfc_head, with its uninterrupted runs head/whole (2 processes) and head/one (1).  Tests that
+    read it (tests/integration/test_resume.py, test_fpfc_state_runs.py) carry
+    ``@pytest.mark.xdist_group("killed_on_two")``."""
+    import shutil
+
+    from batch import launch_many
+    from run_files import RESUMED_ON_TWO, golden_here
+    from test_fpfc_state import HEAD
+    from test_resume import env, killed_run, overrides
+
+    root = tmp_path_factory.mktemp("killed_on_two")
+    # tests/integration/test_fpfc_state_runs.py's head fusion too: killed, resumed on 2 and on 1, and run whole
+    # on 2 and on 1 (head/whole, head/one) in the same jobs
+    killed = {name: (name, ()) for name in RESUMED_ON_TWO} | {"fpfc_head": ("fpfc", tuple(HEAD))}
+    for key, (name, extra) in killed.items():
+        killed_run(2, name, root / "killed" / key, *extra)
+        shutil.copytree(root / "killed" / key, root / "killed_to_one" / key)
+    jobs = {2: [overrides(name, root / "killed" / key, *extra) for key, (name, extra) in killed.items()]
+            + [overrides("fpfc", root / "head" / "whole", *HEAD)],
+            1: [overrides(name, root / "killed_to_one" / key, *extra) for key, (name, extra) in killed.items()]
+            + [overrides("fpfc", root / "head" / "one", *HEAD)]}
+    if not golden_here():
+        jobs[2] += [overrides(name, root / "whole" / name) for name in RESUMED_ON_TWO]
+        jobs[1] += [overrides(name, root / "whole_one" / name) for name in RESUMED_ON_TWO]
+    for nproc, runs in jobs.items():
+        proc = launch_many(nproc, runs, root / f"again{nproc}.json", env())
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stderr.count("fedclust: resuming") == len(killed), proc.stderr[-3000:]
+    return root

@@ -148,6 +148,10 @@ def one_and_two_runs() -> dict[str, list[str]]:
     runs["outside/threshold_gossip"] = [*GOLDEN_OVERRIDES, "algorithm.name=threshold_gossip",
                                         f"plugins=[{ROOT / 'examples' / 'threshold_gossip.py'}]",
                                         "threshold_gossip.threshold=0.3"]
+    # tests/integration/test_fpfc_state_runs.py: 13 clients (7 + 6 on 2 ranks) while FPFC's clusters fuse
+    from test_fpfc_state import CLUSTERED
+
+    runs["fpfc_clustered"] = list(CLUSTERED)
     # tests/integration/test_exchange_runs.py: with a 0.1 MB exchange budget (dozens of blocks a pass) and without
     for name in EXCHANGE_RUNS:
         extra = ["participation=0.5"] if name in ("fedavg", "ifca") else []

@@ -173,31 +173,6 @@ def test_killed_run_resumes_exactly_on_one_process(killed_on_one, name):
     assert [r for r, _ in checkpoint.candidates(killed_on_one / name)] == [8, 6]
 
 
-@pytest.fixture(scope="session")
-def killed_on_two(tmp_path_factory):
-    """The runs of RESUMED_ON_TWO killed with SIGKILL after round KILL_AFTER on 2 processes (the job's whole
-    process group), then continued on 2 processes (one job for all) and, from a copy, on 1 (2 -> 1: rows
-    re-sharded; one job for all), with the uninterrupted runs to compare with where no golden files were recorded
-    on a machine like this one: the folder holding killed/<name>, killed_to_one/<name>, whole/<name> and
-    whole_one/<name>."""
-    from batch import launch_many
-
-    root = tmp_path_factory.mktemp("killed_on_two")
-    for name in RESUMED_ON_TWO:
-        killed_run(2, name, root / "killed" / name)
-        shutil.copytree(root / "killed" / name, root / "killed_to_one" / name)
-    jobs = {2: [overrides(name, root / "killed" / name) for name in RESUMED_ON_TWO],
-            1: [overrides(name, root / "killed_to_one" / name) for name in RESUMED_ON_TWO]}
-    if not golden_here():
-        jobs[2] += [overrides(name, root / "whole" / name) for name in RESUMED_ON_TWO]
-        jobs[1] += [overrides(name, root / "whole_one" / name) for name in RESUMED_ON_TWO]
-    for nproc, runs in jobs.items():
-        proc = launch_many(nproc, runs, root / f"again{nproc}.json", env())
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert proc.stderr.count("fedclust: resuming") == len(RESUMED_ON_TWO), proc.stderr[-3000:]
-    return root
-
-
 @pytest.mark.xdist_group("killed_on_two")   # one worker kills and continues them all
 @pytest.mark.parametrize("name", RESUMED_ON_TWO)
 def test_killed_run_resumes_exactly_on_two_processes_and_on_one(killed_on_two, name):
