@@ -5,7 +5,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from test_bench_scale import ROOT, TINY, P  # noqa: E402
 
 from fedclust.bench import scale as bench_scale
@@ -42,3 +44,22 @@ def test_two_processes_gather_bytes_by_hand():
         assert r["predicted_gather_mb_per_round"] == r["gather_mb_per_round"]
         assert r["gather_s_per_round"] > 0
         assert len(r["peak_rss_mb"]) == 2 and all(m > 10 for m in r["peak_rss_mb"])
+
+
+def test_select_memory_bench_runs_and_counts_the_kept_state():
+    """experiments/select_memory.py (docs/speed-and-scale.md, "Scale"): a record per algorithm; the state kept between
+    rounds is what the state's tensors hold, per [C, n] entry."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "experiments/select_memory.py", "--clients", "60", "--algorithms",
+                          "random,panm_grad", "--json"], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    got = {r["algorithm"]: r for r in json.loads(out.stdout)}
+    assert sorted(got) == ["panm_grad", "random"] and all(r["clients"] == 60 for r in got.values())
+    assert got["random"]["kept_bytes_per_entry"] == 0
+    # per entry of [60, 60]: two bool masks (neighbour list, pool), the HNM flag (1 byte a client), the
+    # similarities on the pools (float32, 2l = 20 of them a client in stage two) and client 0's row (float32)
+    assert got["panm_grad"]["kept_bytes_per_entry"] == pytest.approx(2 + (1 + 4 * 20 + 4) / 60)
+    assert all(r["peak_bytes_per_entry"] >= 0 for r in got.values())

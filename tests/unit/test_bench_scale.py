@@ -3,8 +3,6 @@ on one process and under torchrun with two."""
 
 from pathlib import Path
 
-import pytest
-
 from fedclust.bench import scale as bench_scale
 from fedclust.config import load_config
 
@@ -89,22 +87,3 @@ def test_a_two_stage_algorithm_stays_in_stage_one_unless_told():
     assert bench_scale._cfg("configs/fmnist_rotation2.yaml", 100, 2, "panm_grad", []).stage1_rounds == 3
     assert bench_scale._cfg("configs/fmnist_rotation2.yaml", 100, 2, "panm_grad", ["stage1_rounds=2"]).stage1_rounds == 2
     assert bench_scale._cfg("configs/fmnist_rotation2.yaml", 100, 2, "random", []).stage1_rounds == 100
-
-
-def test_select_memory_bench_runs_and_counts_the_kept_state():
-    """experiments/select_memory.py (docs/speed-and-scale.md, "Scale"): a record per algorithm; the state kept between
-    rounds is what the state's tensors hold, per [C, n] entry."""
-    import json
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "experiments/select_memory.py", "--clients", "60", "--algorithms",
-                          "random,panm_grad", "--json"], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
-    got = {r["algorithm"]: r for r in json.loads(out.stdout)}
-    assert sorted(got) == ["panm_grad", "random"] and all(r["clients"] == 60 for r in got.values())
-    assert got["random"]["kept_bytes_per_entry"] == 0
-    # per entry of [60, 60]: two bool masks (neighbour list, pool), the HNM flag (1 byte a client), the
-    # similarities on the pools (float32, 2l = 20 of them a client in stage two) and client 0's row (float32)
-    assert got["panm_grad"]["kept_bytes_per_entry"] == pytest.approx(2 + (1 + 4 * 20 + 4) / 60)
-    assert all(r["peak_bytes_per_entry"] >= 0 for r in got.values())
