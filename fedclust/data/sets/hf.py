@@ -39,10 +39,10 @@ import functools
 import numpy as np
 
 from fedclust.data.registry import register
-from fedclust.data.sets.leaf import (
+from fedclust.data.sets.natural import (
     bad,
     check_option_keys,
-    classes_option,
+    check_shared_options,
     folder,
     keep_clients,
     natural_arrays,
@@ -50,7 +50,6 @@ from fedclust.data.sets.leaf import (
     say,
     shape_option,
     whole_labels,
-    whole_option,
 )
 from fedclust.data.sets.npz import Arrays, Npz
 from fedclust.data.sources import frozen_options
@@ -196,9 +195,7 @@ def read_hf(cfg: DataConfig) -> Arrays:
                           "each example's client, e.g. data.options.client_column=writer_id for FEMNIST")
     for key in ("client_column", "input_column", "label_column"):
         _column(options, key)
-    whole_option(options, "min_samples", 0, 0, " (0: keep every client with an example in each split)")
-    shape_option(options)
-    classes_option(options)
+    check_shared_options(options, "client")
     root = folder(cfg, "a DatasetDict saved with save_to_disk", "e.g. data.path=femnist_hf")
     if not (root / "dataset_dict.json").is_file():
         what = ("one Dataset (its state.json), not a DatasetDict of a train and a test split"
