@@ -26,7 +26,7 @@ import torch
 
 from fedclust import checkpoint
 from fedclust.algorithms import registry
-from fedclust.algorithms.base import Context
+from fedclust.algorithms.base import Context, LossNotGiven
 from fedclust.attack import attackers, flip_labels
 from fedclust.config import personal_columns, run_facts, validation_split
 from fedclust.data import load_federated
@@ -113,12 +113,16 @@ def build(cfg: Config, fabric) -> Setup:
     def sample_loss(models):
         return sample_losses(models, layout, arch, data.train_x, data.train_y, counts=data.train_counts)
 
+    def val_loss(models, owner):   # on the validation split, where one is carved (DPFL's rewards)
+        return pair_losses(models, layout, arch, data.val_x, data.val_y, owner, counts=data.val_counts)
+
     comm = Collectives(rank, world, cfg.collective_timeout)
     network = Network(cfg.network, n, cfg.seed)   # each round's graph and who is online, the same on every rank
     clusters = None if data.clusters is None else data.clusters.to(device)   # None: the data gives no truth
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, pair_loss=pair_loss,
                   pool_loss=pool_loss, sample_loss=sample_loss, all_reduce=comm.all_reduce,
+                  val_loss=LossNotGiven("val_loss") if data.val_x is None else val_loss,
                   train_examples=(data.train_counts if data.train_counts is not None else
                                   torch.full((len(client_ids),), data.train_x.shape[1])).to(torch.int64).cpu(),
                   train_width=int(data.train_x.shape[1]),

@@ -112,6 +112,11 @@ class Context:
     # the loss of each own client's model on each of its training examples: models [C, P] -> [C, N], +inf at a
     # padding position (fedclust.engine.train.sample_losses)
     sample_loss: Callable[[torch.Tensor], torch.Tensor] = field(default_factory=lambda: LossNotGiven("sample_loss"))
+    # pair_loss on the validation split instead (fedclust.data.validation: data.validation, or the algorithm's
+    # validation_share): (models [M, P], local client index [M]) -> mean cross-entropy [M] on client owner[m]'s
+    # held-out examples; given by the runner only where a split is carved (DPFL's rewards), a LossNotGiven else
+    val_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = field(
+        default_factory=lambda: LossNotGiven("val_loss"))
     # [C] int64: the training examples each own client holds, and the width N of the training data's rows
     # ([C, N, ...], padding beyond a client's examples); None / 0 where not given
     train_examples: torch.Tensor | None = None
@@ -136,7 +141,7 @@ class Context:
     personal: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in LOSS_FUNCTIONS:   # None (a test's "not given") reads as not given
+        for name in (*LOSS_FUNCTIONS, "val_loss"):   # None (a test's "not given") reads as not given
             if getattr(self, name) is None:
                 setattr(self, name, LossNotGiven(name))
 

@@ -199,6 +199,13 @@ OUT_OF_RANGE = {
     "dac.tau": ("0", ["algorithm.name=dac"]),
     "dac.schedule": ("var", ["algorithm.name=dac"]),
     "dac.propagate": ("maybe", ["algorithm.name=dac"]),
+    "dpfl.budget": ("1", ["algorithm.name=dpfl"]),
+    "dpfl.period": ("0", ["algorithm.name=dpfl"]),
+    "dpfl.start": ("41", ["algorithm.name=dpfl"]),   # after the last of SMALL's 40 rounds: it never searches
+    "dpfl.pool": ("first", ["algorithm.name=dpfl"]),
+    "dpfl.weights": ("size", ["algorithm.name=dpfl"]),
+    "dpfl.validation": ("1", ["algorithm.name=dpfl"]),
+    "dpfl.tie": ("1.5", ["algorithm.name=dpfl"]),
     "deprl.head": ("[fc9]", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.head_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.body_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
