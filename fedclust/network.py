@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import torch
 
@@ -107,6 +106,8 @@ def read_edge_list(path: str | Path, n: int, say=None) -> Any:
     both ways (``say`` is told so once, in one line); ConfigError on ``network.path`` naming what is wrong: a
     line that is not an edge, a client that does not exist, a self-loop, a graph that is not connected (every
     client must be reachable)."""
+    import networkx as nx  # here, not at the top: 0.17 s of every process's start, for runs that draw a graph
+
     field = "network.path"
     edges = _edges(path)
     bad = sorted({v for e in edges for v in e if not 0 <= v < n})
@@ -140,6 +141,8 @@ def regular_graph(n: int, degree: int, seed: int, epoch: int, stream: str) -> Gr
     graph).  A draw that is not connected is joined by the ring ``i — i + 1 mod n``, as the reference's peer
     sampler does (decentralizepy ``graphs/Regular.py`` and ``Graph.connect_graph``): its clients then have up to
     ``degree + 2`` neighbours."""
+    import networkx as nx  # here, not at the top: 0.17 s of every process's start, for runs that draw a graph
+
     g = nx.random_regular_graph(degree, n, seed=graph_seed(seed, epoch, 0, stream))
     if not nx.is_connected(g):
         g.add_edges_from((i, (i + 1) % n) for i in range(n))
@@ -161,6 +164,8 @@ def make_graph(net: Any, n: int, seed: int, epoch: int, stream: str = "graph",
     complete, no graph).  A random graph that is not connected is drawn
     again (the attempt is part of the key) up to :data:`GRAPH_TRIES` times
     (``connected=False``: taken as drawn)."""
+    import networkx as nx  # here, not at the top: 0.17 s of every process's start, for runs that draw a graph
+
     kind = net.graph
     if kind == "complete":
         return None
