@@ -88,8 +88,8 @@ def one_and_two(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def killed_on_two(tmp_path_factory):
-    """The runs of RESUMED_ON_TWO killed with SIGKILL after round KILL_AFTER on 2 processes (the job's whole
-    process group), then continued on 2 processes (one job for all) and, from a copy, on 1 (2 -> 1: rows
+    """The runs of RESUMED_ON_TWO killed with SIGKILL after round KILL_AFTER on 2 processes (both ranks, in one
+    2-process job for all: tests/run_many.py --kill-after), then continued on 2 processes (one job for all) and, from a copy, on 1 (2 -> 1: rows
     re-sharded; one job for all), with the uninterrupted runs to compare with where no golden files were recorded
     on a machine like this one: the folder holding killed/<name>, killed_to_one/<name>, whole/<name> and
     whole_one/<name>; and FPFC's head fusion (tests/integration/test_fpfc_state_runs.py) as killed/fpfc_head,
@@ -98,17 +98,21 @@ def killed_on_two(tmp_path_factory):
     ``@pytest.mark.xdist_group("killed_on_two")``."""
     import shutil
 
-    from batch import launch_many
+    from batch import killed_many, launch_many
     from run_files import RESUMED_ON_TWO, golden_here
     from test_fpfc_state import HEAD
-    from test_resume import env, killed_run, overrides
+    from test_resume import KILL_AFTER, PAUSE_PLUGIN, assert_killed, env, overrides
 
     root = tmp_path_factory.mktemp("killed_on_two")
     # tests/integration/test_fpfc_state_runs.py's head fusion too: killed, resumed on 2 and on 1, and run whole
     # on 2 and on 1 (head/whole, head/one) in the same jobs
     killed = {name: (name, ()) for name in RESUMED_ON_TWO} | {"fpfc_head": ("fpfc", tuple(HEAD))}
-    for key, (name, extra) in killed.items():
-        killed_run(2, name, root / "killed" / key, *extra)
+    runs = [overrides(name, root / "killed" / key, *extra, f"plugins=[{PAUSE_PLUGIN}]")
+            for key, (name, extra) in killed.items()]
+    proc = killed_many(runs, KILL_AFTER, root / "killed.json", env(), nproc=2)   # one 2-process job kills them all
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for key in killed:
+        assert_killed(root / "killed" / key)
         shutil.copytree(root / "killed" / key, root / "killed_to_one" / key)
     jobs = {2: [overrides(name, root / "killed" / key, *extra) for key, (name, extra) in killed.items()]
             + [overrides("fpfc", root / "head" / "whole", *HEAD)],
