@@ -34,7 +34,7 @@ from fedclust.data.validation import carve_validation
 from fedclust.dist import Collectives, exchange_columns, finish, launch_rank, make_fabric, shard_bounds
 from fedclust.engine.pool import pool_losses
 from fedclust.engine.precision import apply_precision
-from fedclust.engine.train import TrainSettings, pair_losses, sample_losses
+from fedclust.engine.train import TrainSettings, batch_grads, pair_losses, sample_losses
 from fedclust.evaluation import evaluate_round, keep_best_models, summarize
 from fedclust.identity import run_identity
 from fedclust.network import Network
@@ -79,6 +79,29 @@ def prepare(cfg: Config) -> Prepared:
     return Prepared(run_dir, checkpoint.choose(cfg, run_dir, to_dict(cfg)))
 
 
+def engine_losses(layout, arch, data) -> dict:
+    """The Context's loss and gradient functions on this rank's clients' data (``pair_loss``, ``pool_loss``,
+    ``sample_loss``, ``batch_grad``; ``val_loss`` where a validation split is carved)."""
+
+    def pair_loss(models, owner):
+        return pair_losses(models, layout, arch, data.train_x, data.train_y, owner, counts=data.train_counts)
+
+    def pool_loss(models, peers):
+        return pool_losses(models, layout, arch, data.train_x, data.train_y, peers, counts=data.train_counts)
+
+    def sample_loss(models):
+        return sample_losses(models, layout, arch, data.train_x, data.train_y, counts=data.train_counts)
+
+    def batch_grad(models, owner, examples, weights):   # CoBo's gradients at midpoints
+        return batch_grads(models, layout, arch, data.train_x, data.train_y, owner, examples, weights)
+
+    def val_loss(models, owner):   # on the validation split, where one is carved (DPFL's rewards)
+        return pair_losses(models, layout, arch, data.val_x, data.val_y, owner, counts=data.val_counts)
+
+    return {"pair_loss": pair_loss, "pool_loss": pool_loss, "sample_loss": sample_loss, "batch_grad": batch_grad,
+            "val_loss": LossNotGiven("val_loss") if data.val_x is None else val_loss}
+
+
 def build(cfg: Config, fabric) -> Setup:
     """This rank's :class:`Setup`: its clients and their data, the model, the algorithm and its context."""
     rank, world, device = fabric.global_rank, fabric.world_size, fabric.device
@@ -104,25 +127,12 @@ def build(cfg: Config, fabric) -> Setup:
     if why and rank == 0:
         print(f"fedclust: {why}", flush=True)
 
-    def pair_loss(models, owner):
-        return pair_losses(models, layout, arch, data.train_x, data.train_y, owner, counts=data.train_counts)
-
-    def pool_loss(models, peers):
-        return pool_losses(models, layout, arch, data.train_x, data.train_y, peers, counts=data.train_counts)
-
-    def sample_loss(models):
-        return sample_losses(models, layout, arch, data.train_x, data.train_y, counts=data.train_counts)
-
-    def val_loss(models, owner):   # on the validation split, where one is carved (DPFL's rewards)
-        return pair_losses(models, layout, arch, data.val_x, data.val_y, owner, counts=data.val_counts)
-
     comm = Collectives(rank, world, cfg.collective_timeout)
     network = Network(cfg.network, n, cfg.seed)   # each round's graph and who is online, the same on every rank
     clusters = None if data.clusters is None else data.clusters.to(device)   # None: the data gives no truth
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
-                  stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, pair_loss=pair_loss,
-                  pool_loss=pool_loss, sample_loss=sample_loss, all_reduce=comm.all_reduce,
-                  val_loss=LossNotGiven("val_loss") if data.val_x is None else val_loss,
+                  stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, all_reduce=comm.all_reduce,
+                  **engine_losses(layout, arch, data),
                   train_examples=(data.train_counts if data.train_counts is not None else
                                   torch.full((len(client_ids),), data.train_x.shape[1])).to(torch.int64).cpu(),
                   train_width=int(data.train_x.shape[1]),

@@ -117,6 +117,11 @@ class Context:
     # held-out examples; given by the runner only where a split is carved (DPFL's rewards), a LossNotGiven else
     val_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = field(
         default_factory=lambda: LossNotGiven("val_loss"))
+    # gradients on chosen training examples: (models [M, P], local client index [M], examples [M, B] positions in
+    # client owner[m]'s training rows, weights [M, B]) -> [M, P], the gradient of Σ_b weights[m, b]·CE(models[m];
+    # example examples[m, b]) (fedclust.engine.train.batch_grads; CoBo's gradients at midpoints); the runner gives it
+    batch_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] = field(
+        default_factory=lambda: LossNotGiven("batch_grad"))
     # [C] int64: the training examples each own client holds, and the width N of the training data's rows
     # ([C, N, ...], padding beyond a client's examples); None / 0 where not given
     train_examples: torch.Tensor | None = None
@@ -141,7 +146,7 @@ class Context:
     personal: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in (*LOSS_FUNCTIONS, "val_loss"):   # None (a test's "not given") reads as not given
+        for name in (*LOSS_FUNCTIONS, "val_loss", "batch_grad"):   # None (a test's "not given") reads as not given
             if getattr(self, name) is None:
                 setattr(self, name, LossNotGiven(name))
 

@@ -650,3 +650,37 @@ def pair_losses(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs
         _, loss_sum = _loss_sums(models[m0:m0 + rows], layout, arch, xs, ys, chunk, part)
         out[m0:m0 + rows] = loss_sum / (n if part is None else part.to(models.dtype))
     return out
+
+
+def batch_grads(models: torch.Tensor, layout: ParamLayout, arch: Arch, x: Inputs, y: torch.Tensor,
+                owner: torch.Tensor, examples: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``[M, P]``: the gradient of ``Σ_b weights[m, b] · CE(models[m]; example examples[m, b] of client
+    owner[m])`` for each model (x [C, N, ...], y [C, N]; ``examples`` [M, B] positions in the owner's rows,
+    ``weights`` [M, B], 0 at a position left out), by autograd through the batched forward, a module of the
+    user's in eval mode (no dropout draw).  Rows go in chunks of the training's size; each row's gradient is
+    its own (the models share no parameter).  CoBo's gradients at the midpoint of two clients' models."""
+    if models.dim() != 2 or models.shape[1] != layout.numel:
+        raise ValueError(f"models must be [M, P={layout.numel}], got shape {tuple(models.shape)}")
+    m = models.shape[0]
+    if owner.shape != (m,) or examples.shape[0] != m or weights.shape != examples.shape:
+        raise ValueError(f"owner [M={m}], examples [M, B] and weights [M, B] expected, got {tuple(owner.shape)}, "
+                         f"{tuple(examples.shape)}, {tuple(weights.shape)}")
+    owner = owner.to(device=y.device, dtype=torch.long)
+    examples = examples.to(device=y.device, dtype=torch.long)
+    forward = batched_forward_fn(arch)
+    out = torch.zeros_like(models)
+    rows = max(1, train_chunk_size(arch, layout, x, max(1, examples.shape[1])))
+    with evaluating(arch):
+        for m0 in range(0, m, rows):
+            m1 = min(m, m0 + rows)
+            sub = models[m0:m1].detach().clone().requires_grad_(True)
+            own = owner[m0:m1, None]
+            xb, yb = x[own, examples[m0:m1]], y[own, examples[m0:m1]]
+            logits = forward(layout.views(sub), xb.to(models.device))
+            c, b, k = logits.shape
+            ce = F.cross_entropy(logits.reshape(c * b, k), yb.to(models.device).reshape(c * b),
+                                 reduction="none").view(c, b)
+            (ce * weights[m0:m1].to(ce.dtype)).sum().backward()
+            assert sub.grad is not None
+            out[m0:m1] = sub.grad
+    return out
