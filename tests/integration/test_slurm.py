@@ -20,8 +20,10 @@ from run_files import metrics, summary
 pytestmark = pytest.mark.xdist_group("slurm")
 
 ROOT = sc.ROOT
-# Slow enough (~0.1 s a round) that a signal lands mid-run, fast enough for the tests.
-LONG = ["rounds=40", "train.local_epochs=20"]   # long enough to be stopped mid-run
+# Long enough to be stopped mid-run: 20 rounds, each followed by a 0.5 s sleep on the job's first start (the
+# plug-in's SLOW_ROUND_SECONDS, in the job's environment: SLOW); the requeued job and the reference run at full speed.
+LONG = ["rounds=20", "plugins=[tests/plugins/slow_rounds.py]"]
+SLOW = {"SLOW_ROUND_SECONDS": "0.5"}
 
 
 def test_smoke_job_matches_one_process(slurm_env, tmp_path):
@@ -40,7 +42,7 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     """Also tracked by W&B (offline): the W&B run hears it is preempted before
     the requeue ends the job, and the requeued job continues the same W&B run."""
     out, log = tmp_path / "slurm", tmp_path / "job.log"
-    env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true")
+    env = dict(slurm_env, WANDB_MODE="offline", WANDB_SILENT="true", **SLOW)
     _, job = sc.sbatch(env, f"--output={log}", "slurm/smoke_cpu.sh", f"out={out}", "wandb.enabled=true", *LONG)
     sc.preempt(env, job, out)
     first, second = [wo.records(f) for f in wo.run_file(out)]
@@ -50,7 +52,7 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     assert f"Slurm job {job} requeued" in text and "restart 1" in text, text[-3000:]
     assert "resuming" in text and (out / "summary.json").exists(), text[-3000:]
     stopped = int(text.split("stopped on SIGUSR1 after round ")[1].split(";")[0])
-    assert 5 <= stopped < 40   # stopped mid-run, at a round boundary
+    assert 5 <= stopped < 20   # stopped mid-run, at a round boundary
     ref = tmp_path / "ref"
     sc.run_one_process(out / "config.yaml", ref, slurm_env, "wandb.enabled=false")
     assert metrics(out) == metrics(ref)   # every round once, as if never stopped
@@ -123,7 +125,7 @@ def test_launch_submit_grid_then_submit_again_submits_nothing(slurm_env, tmp_pat
 
 def test_launch_submit_task_is_requeued_and_resumes(slurm_env, tmp_path):
     grid = tmp_path / "grid"
-    proc = submit(slurm_env, grid, "clients=16", *LONG, "--tasks", "2", "--grid", "seed=0")
+    proc = submit(dict(slurm_env, **SLOW), grid, "clients=16", *LONG, "--tasks", "2", "--grid", "seed=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     job = json.loads((grid / "submitted.jsonl").read_text().splitlines()[-1])["job"]
     out = grid / "seed=0"
