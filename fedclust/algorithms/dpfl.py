@@ -64,6 +64,8 @@ from fedclust.schema import at_least, option
 
 Pool = Literal["frozen_first", "full"]
 Weights = Literal["data_size", "uniform"]
+TieRule = Literal["fixed", "previous"]
+Average = Literal["jacobi", "sequential"]
 ORDER, COIN = "dpfl_order", "dpfl_coin"   # rng streams: a client's shuffle of its pool, its coin at each step
 
 
@@ -84,8 +86,13 @@ class DpflConfig:
                                            "(the reference's weighted_avg); uniform: equally")
     validation: float = option(0.2, "share of each client's training examples held out (never trained on) to score "
                                     "a set's average, in (0, 1) (the reference's val_split, 0.2)")
-    tie: float = option(0.5, "p of adding a candidate when both gains are equal and positive, in [0, 1] (the "
-                             "reference keeps the previous step's p: undefined at the first)")
+    tie: float = option(0.5, "p of adding a candidate when both gains are equal and positive, in [0, 1] "
+                             "(Buchbinder et al.'s 0.5; read with dpfl.tie_rule=fixed)")
+    tie_rule: TieRule = option("fixed", "fixed: such a tie adds with probability dpfl.tie; previous: with the "
+                                        "previous step's p, 0 at a search's first step (the reference's)")
+    average: Average = option("jacobi", "jacobi: every client averages the models after training; sequential: "
+                                        "client by client in index order, each from the models of those before it "
+                                        "already averaged (the reference's, Gauss-Seidel)")
 
     def validate(self, cfg) -> None:
         at_least("dpfl.budget", self.budget, 2, "a set holds the client and at least one peer")
@@ -124,12 +131,14 @@ def rewards(sets: torch.Tensor, owner: torch.Tensor, sizes: torch.Tensor, models
     return (10.0 - loss(set_models(sets, sizes, models), owner).to(torch.float64)) / 10.0
 
 
-def add_probability(a: torch.Tensor, b: torch.Tensor, tie: float) -> torch.Tensor:
+def add_probability(a: torch.Tensor, b: torch.Tensor, tie: float | torch.Tensor) -> torch.Tensor:
     """p of adding the candidate from the gains ``a`` (adding it to X) and ``b`` (removing it from Y):
-    ``a⁺ / (a⁺ + b⁺)``, 1 when both are 0 (add), ``tie`` when both are equal and positive."""
+    ``a⁺ / (a⁺ + b⁺)``, 1 when both are 0 (add), ``tie`` (a number, or one a row) when both are equal and
+    positive."""
     ap, bp = a.clamp_min(0), b.clamp_min(0)
     p = ap / (ap + bp).where(ap + bp > 0, torch.ones_like(ap))
-    return torch.where(ap == bp, torch.where(ap == 0, torch.ones_like(p), torch.full_like(p, tie)), p)
+    tied = torch.as_tensor(tie, dtype=p.dtype, device=p.device).expand_as(p)
+    return torch.where(ap == bp, torch.where(ap == 0, torch.ones_like(p), tied), p)
 
 
 def search_order(seed: int, round_: int, ids: torch.Tensor, pool: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,11 +157,12 @@ def search_order(seed: int, round_: int, ids: torch.Tensor, pool: torch.Tensor) 
 
 def double_greedy(pool: torch.Tensor, ids: torch.Tensor, sizes: torch.Tensor, models: torch.Tensor,
                   loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], seed: int, round_: int,
-                  budget: int, tie: float) -> torch.Tensor:
+                  budget: int, tie: float, previous: bool = False) -> torch.Tensor:
     """The randomized double greedy of every own client at once: bool ``[C, n]`` X_i (the client itself
     included) from its ``pool`` (bool ``[C, n]``, itself included), ``ids`` ``[C]`` the clients' global ids,
     ``models [n, P]`` every client's after training, ``sizes [n]`` the weights of an average, ``loss`` the
-    validation loss (models, local owner).  Step s scores the two sets of every client still searching."""
+    validation loss (models, local owner).  Step s scores the two sets of every client still searching.
+    ``previous``: a tie of positive gains takes the row's p of the step before (0 at the first), not ``tie``."""
     C, n = pool.shape
     dev = pool.device
     rows = torch.arange(C, device=dev)
@@ -163,6 +173,7 @@ def double_greedy(pool: torch.Tensor, ids: torch.Tensor, sizes: torch.Tensor, mo
     rX, rY = both[:C], both[C:]
     order, valid = search_order(seed, round_, ids, Y)
     done = torch.zeros(C, dtype=torch.bool, device=dev)
+    last = torch.zeros(C, dtype=torch.float64, device=dev)   # each row's p of its step before
     for s in range(order.shape[1]):
         act = (valid[:, s] & ~done).nonzero().flatten()
         if not len(act):
@@ -173,7 +184,8 @@ def double_greedy(pool: torch.Tensor, ids: torch.Tensor, sizes: torch.Tensor, mo
         Yz[torch.arange(len(act), device=dev), z] = False
         r = rewards(torch.cat([Xz, Yz]), torch.cat([act, act]), sizes, models, loss)
         rXz, rYz = r[:len(act)], r[len(act):]
-        p = add_probability(rXz - rX[act], rYz - rY[act], tie)
+        p = add_probability(rXz - rX[act], rYz - rY[act], last[act] if previous else tie)
+        last[act] = p
         add = rng.uniform(seed, round_, COIN, ids[act].cpu(), s).to(dev) < p
         X[act] = torch.where(add[:, None], Xz, X[act])
         Y[act] = torch.where(add[:, None], Y[act], Yz)
@@ -181,6 +193,18 @@ def double_greedy(pool: torch.Tensor, ids: torch.Tensor, sizes: torch.Tensor, mo
         rY[act] = torch.where(add, rY[act], rYz)
         done |= X.sum(1) >= budget
     return X
+
+
+def sequential_average(sets: torch.Tensor, sizes: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
+    """``[n, P]``: every client's set average (bool ``sets [n, n]``, each with itself) taken client by client in
+    index order, each from the models of the clients before it as already averaged and of the others as they are
+    (the reference's loop): ``(I − L) X' = (A − L) X``, A the rows' weights, L its part below the diagonal, one
+    triangular solve of the whole system (the same numbers on every process)."""
+    w = sets.to(torch.float64) * sizes.to(torch.float64)[None, :]
+    a = (w / w.sum(1, keepdim=True)).to(models.dtype)
+    lower = torch.tril(a, diagonal=-1)
+    eye = torch.eye(len(a), dtype=models.dtype, device=models.device)
+    return torch.linalg.solve_triangular(eye - lower, (a - lower) @ models, upper=False, unitriangular=True)
 
 
 @dataclass
@@ -250,7 +274,7 @@ class Dpfl(PeerAlgorithm):
         sizes = self.sizes(ctx)
         pool = self.candidates(state, ctx, t)
         X = double_greedy(pool, ctx.client_ids.to(ctx.device), sizes, view.all_after, ctx.val_loss, ctx.seed, t,
-                          self.dpfl.budget, self.dpfl.tie)
+                          self.dpfl.budget, self.dpfl.tie, self.dpfl.tie_rule == "previous")
         own = torch.arange(len(X), device=X.device), ctx.client_ids.to(X.device)
         chosen = X.clone()
         chosen[own] = False
@@ -269,10 +293,18 @@ class Dpfl(PeerAlgorithm):
     def aggregate(self, state: DpflState, ctx: Context, view: RoundView) -> tuple[DpflState, RoundResult]:
         whole = view.all_after   # held before the base's gossip lets the view go
         state, result = super().aggregate(state, ctx, view)
-        if self.dpfl.weights == "uniform" or not search_round(self.dpfl, view.round):
+        jacobi = self.dpfl.average == "jacobi"
+        if not search_round(self.dpfl, view.round) or (jacobi and self.dpfl.weights == "uniform"):
             return state, result   # the base's equally weighted mean (a client alone keeps its model)
         assert isinstance(result.averaged, torch.Tensor)   # select's bool [C, n] mask, kept to what arrived
         sets = result.averaged.clone()
         sets[torch.arange(len(sets), device=sets.device), ctx.client_ids.to(sets.device)] = True
-        models = keep_personal(set_models(sets, self.sizes(ctx), whole), view.after, ctx.personal)
+        sizes = self.sizes(ctx)
+        if jacobi:
+            models = set_models(sets, sizes, whole)
+        else:   # every client's set, on every process, for the whole system
+            every = torch.zeros(ctx.n, ctx.n, dtype=torch.float32, device=sets.device)
+            every[ctx.own_rows] = sets.to(torch.float32)
+            models = sequential_average(ctx.all_reduce(every) > 0, sizes, whole)[ctx.own_rows]
+        models = keep_personal(models, view.after, ctx.personal)
         return state, dataclasses.replace(result, models=models)

@@ -212,6 +212,8 @@ OUT_OF_RANGE = {
     "dpfl.weights": ("size", ["algorithm.name=dpfl"]),
     "dpfl.validation": ("1", ["algorithm.name=dpfl"]),
     "dpfl.tie": ("1.5", ["algorithm.name=dpfl"]),
+    "dpfl.tie_rule": ("last", ["algorithm.name=dpfl"]),
+    "dpfl.average": ("gauss", ["algorithm.name=dpfl"]),
     "deprl.head": ("[fc9]", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.head_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.body_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),

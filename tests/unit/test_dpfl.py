@@ -19,6 +19,7 @@ from fedclust.algorithms.dpfl import (
     add_probability,
     double_greedy,
     search_round,
+    sequential_average,
     set_models,
 )
 from fedclust.config import load_config
@@ -34,9 +35,10 @@ def loss_fn(targets):
     return lambda models, owner: (models - targets[owner]).pow(2).mean(1) + 0.05
 
 
-def plain_search(i, pool, sizes, models, loss, seed, t, budget, tie):
+def plain_search(i, pool, sizes, models, loss, seed, t, budget, tie, previous=False, ties=None):
     """The reference's optimized_rgl_p for client i (its pool a list, i first), on Python floats: the shuffle
-    and the coins are fedclust's keyed draws."""
+    and the coins are fedclust's keyed draws; ``previous``: a tie of positive gains keeps p from the step before
+    (0 at first: the reference's ``p = [0]``); ``ties``: a list counting such ties."""
     def reward(members):
         w = torch.tensor([float(sizes[j]) for j in members], dtype=torch.float64)
         avg = ((w / w.sum())[:, None].to(models.dtype) * models[members]).sum(0)
@@ -46,12 +48,18 @@ def plain_search(i, pool, sizes, models, loss, seed, t, budget, tie):
                     key=lambda j: float(rng.uniform(seed, t, "dpfl_order", torch.tensor(i), torch.tensor(j))))
     x, y = [i], [i] + others
     rx, ry = reward(x), reward(y)
+    p = 0.0
     for s, z in enumerate(others):
         r21 = reward(x + [z])
         r22 = reward([j for j in y if j != z])
         a, b = max(r21 - rx, 0.0), max(r22 - ry, 0.0)
         if a == b:
-            p = 1.0 if a == 0 else tie
+            if a == 0:
+                p = 1.0
+            else:
+                p = p if previous else tie
+                if ties is not None:
+                    ties.append(i)
         else:
             p = a / (a + b)
         if float(rng.uniform(seed, t, "dpfl_coin", torch.tensor(i), torch.tensor(s))) < p:
@@ -213,16 +221,78 @@ def test_uniform_weights_are_the_plain_mean():
 def test_keys_are_read_with_their_defaults():
     algo = Dpfl.from_config(load_config(None, ["algorithm.name=dpfl", "data.name=synthetic", "clients=8"]))
     assert algo.dpfl == DpflConfig(budget=10, period=2, start=3, pool="frozen_first", weights="data_size",
-                                   validation=0.2, tie=0.5)
+                                   validation=0.2, tie=0.5, tie_rule="fixed", average="jacobi")
     assert algo.validation_share == 0.2
 
 
 @pytest.mark.parametrize("key,value", [("dpfl.budget", "1"), ("dpfl.period", "0"), ("dpfl.start", "0"),
                                        ("dpfl.start", "41"), ("dpfl.pool", "first"), ("dpfl.weights", "size"),
                                        ("dpfl.validation", "0"), ("dpfl.validation", "1"), ("dpfl.tie", "1.5"),
-                                       ("dpfl.tie", "nan")])
+                                       ("dpfl.tie", "nan"), ("dpfl.tie_rule", "last"),
+                                       ("dpfl.average", "gauss")])
 def test_bad_keys_are_refused_naming_the_field(key, value):
     with pytest.raises(ConfigError) as e:
         load_config(None, ["algorithm.name=dpfl", "data.name=synthetic", "clients=8", "rounds=40",
                            f"{key}={value}"])
     assert e.value.field == key and e.value.fix
+
+
+@pytest.mark.parametrize("previous", [False, True])
+def test_ties_of_positive_gains_by_either_rule(previous):
+    """A loss in steps of 1/4: many exact ties, some of equal positive gains."""
+    n, seed, budget, tie = 9, 6, 6, 0.3
+    gen = torch.Generator().manual_seed(15)
+    targets = torch.randn(n, P, generator=gen)
+    models = targets + 2 * torch.randn(n, P, generator=gen)
+    sizes = torch.ones(n, dtype=torch.float64)
+
+    def loss(m, o):
+        return torch.floor((m - targets[o]).pow(2).mean(1) * 4) / 4
+
+    pool = torch.ones(n, n, dtype=torch.bool)
+    ties: list = []
+    for t in range(3, 16, 2):
+        got = double_greedy(pool, torch.arange(n), sizes, models, loss, seed, t, budget, tie, previous)
+        for i in range(n):
+            want = plain_search(i, list(range(n)), sizes, models, loss, seed, t, budget, tie, previous, ties)
+            assert set(got[i].nonzero().flatten().tolist()) == want, (t, i)
+    assert ties   # the rule was exercised
+
+
+def plain_sequential(sets, sizes, models):
+    """The reference's aggregation loop (train_clients_constrained_rgl.py): client by client, each average read
+    from the models as the clients before it left them."""
+    x = [m.clone() for m in models]
+    for i in range(len(x)):
+        members = [k for k in range(len(x)) if bool(sets[i, k])]
+        w = sizes[members].to(torch.float64)
+        x[i] = sum(float(wk / w.sum()) * x[k] for wk, k in zip(w, members))
+    return torch.stack(x)
+
+
+def test_the_sequential_average_is_the_reference_loop():
+    n = 7
+    gen = torch.Generator().manual_seed(16)
+    sets = (torch.rand(n, n, generator=gen) < 0.4) | torch.eye(n, dtype=torch.bool)
+    sets[3] = False
+    sets[3, 3] = True                                            # a client alone keeps its model
+    sizes = torch.randint(1, 9, (n,), generator=gen).to(torch.float64)
+    models = torch.randn(n, P, generator=gen)
+    got = sequential_average(sets, sizes, models)
+    assert torch.allclose(got, plain_sequential(sets, sizes, models), atol=1e-5)
+    assert torch.equal(got[3], models[3])
+    assert not torch.allclose(got, set_models(sets, sizes, models), atol=1e-3)   # not the Jacobi average
+
+
+def test_a_sequential_round_averages_client_by_client():
+    n = 8
+    gen = torch.Generator().manual_seed(17)
+    targets = torch.randn(n, P, generator=gen)
+    after = targets + 0.4 * torch.randn(n, P, generator=gen)
+    examples = torch.tensor([10, 20, 5, 10, 8, 12, 10, 30])
+    ctx = make_ctx(n, torch.arange(n), targets, examples=examples)
+    algo = Dpfl(DpflConfig(budget=4, average="sequential"))
+    state, result = algo.aggregate(algo.init(ctx), ctx, RoundView(round=3, before=None, after=after,
+                                                                  all_after=after))
+    sets = state.chosen | torch.eye(n, dtype=torch.bool)
+    assert torch.allclose(result.models, plain_sequential(sets, examples, after), atol=1e-5)
