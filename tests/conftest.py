@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def slurm_env():
     """A one-node Slurm cluster on this machine (see tests/slurm_cluster.py)."""
-    import slurm_cluster   # tests/ is on sys.path (pytest, no __init__.py)
+    import slurm_cluster  # tests/ is on sys.path (pytest, no __init__.py)
 
     env = slurm_cluster.start()
     yield env
@@ -66,9 +66,10 @@ def slurm_env():
 
 @pytest.fixture(scope="session")
 def one_and_two(tmp_path_factory):
-    """Every run of run_files.one_and_two_runs() on 1 and on 2 processes, in one job each (tests/run_many.py):
-    ``{1: folder, 2: folder, "stderr": {1: ..., 2: ...}}``, each run's directory under its key in the folder.
-    Tests that read it carry ``@pytest.mark.xdist_group("one_and_two")``: one worker launches the two jobs."""
+    """Every run of run_files.one_and_two_runs() on 1 and on 2 processes, in one job each (tests/run_many.py): ``{1:
+    folder, 2: folder, "stderr": {1: ..., 2: ...}, "stdout": {1: ..., 2: ...}}``, each run's directory under its key
+    in the folder. Tests that read it carry ``@pytest.mark.xdist_group("one_and_two")``: one worker launches the two
+    jobs."""
     import os
 
     from batch import launch_many
@@ -76,26 +77,28 @@ def one_and_two(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("one_and_two")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    got: dict = {"stderr": {}}
+    got: dict = {"stderr": {}, "stdout": {}}
+    (root / "inputs").mkdir()
+    runs = one_and_two_runs(root / "inputs")
     for nproc in (1, 2):
         got[nproc] = root / f"p{nproc}"
-        runs = [[*args, f"out={got[nproc] / key}"] for key, args in one_and_two_runs().items()]
-        proc = launch_many(nproc, runs, root / f"runs{nproc}.json", env)
+        proc = launch_many(nproc, [[*args, f"out={got[nproc] / key}"] for key, args in runs.items()],
+                           root / f"runs{nproc}.json", env)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        got["stderr"][nproc] = proc.stderr
+        got["stderr"][nproc], got["stdout"][nproc] = proc.stderr, proc.stdout
     return got
 
 
 @pytest.fixture(scope="session")
 def killed_on_two(tmp_path_factory):
     """The runs of RESUMED_ON_TWO killed with SIGKILL after round KILL_AFTER on 2 processes (both ranks, in one
-    2-process job for all: tests/run_many.py --kill-after), then continued on 2 processes (one job for all) and, from a copy, on 1 (2 -> 1: rows
-    re-sharded; one job for all), with the uninterrupted runs to compare with where no golden files were recorded
-    on a machine like this one: the folder holding killed/<name>, killed_to_one/<name>, whole/<name> and
-    whole_one/<name>; and FPFC's head fusion (tests/integration/test_fpfc_state_runs.py) as killed/fpfc_head,
-    killed_to_one/fpfc_head, with its uninterrupted runs head/whole (2 processes) and head/one (1).  Tests that
-    read it (tests/integration/test_resume.py, test_fpfc_state_runs.py) carry
-    ``@pytest.mark.xdist_group("killed_on_two")``."""
+    2-process job for all: tests/run_many.py --kill-after), then continued on 2 processes (one job for all) and,
+    from a copy, on 1 (2 -> 1: rows re-sharded; one job for all), with the uninterrupted runs to compare with where
+    no golden files were recorded on a machine like this one: the folder holding killed/<name>,
+    killed_to_one/<name>, whole/<name> and whole_one/<name>; and FPFC's head fusion
+    (tests/integration/test_fpfc_state_runs.py) as killed/fpfc_head, killed_to_one/fpfc_head, with its uninterrupted
+    runs head/whole (2 processes) and head/one (1). Tests that read it (tests/integration/test_resume.py,
+    test_fpfc_state_runs.py) carry ``@pytest.mark.xdist_group("killed_on_two")``."""
     import shutil
 
     from batch import killed_many, launch_many

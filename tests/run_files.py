@@ -117,10 +117,32 @@ def golden(name: str) -> tuple[list[dict], dict]:
     return records, without_wall(json.loads((d / f"{name}.summary.json").read_text()))
 
 
-def one_and_two_runs() -> dict[str, list[str]]:
+IMAGE_SIDE, IMAGE_CLASSES = 10, 4   # image_pool's images and classes
+
+
+def image_pool(path: Path) -> str:
+    """A small image pool (data.name=npz, pool form): 1x10x10 images of 4 classes, each class a bright
+    block in its own corner over noise, so a conv model has something to learn."""
+    import numpy as np
+
+    r = np.random.default_rng(0)
+    arrays = {}
+    for split, per_class in (("train", 100), ("test", 50)):
+        y = r.permutation(np.repeat(np.arange(IMAGE_CLASSES), per_class)).astype(np.int64)
+        x = r.integers(0, 120, (len(y), 1, IMAGE_SIDE, IMAGE_SIDE)).astype(np.uint8)
+        for i, label in enumerate(y):
+            top, left = divmod(int(label), 2)
+            x[i, 0, top * 5:top * 5 + 4, left * 5:left * 5 + 4] += 120
+        arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def one_and_two_runs(inputs: Path) -> dict[str, list[str]]:
     """Runs that tests compare on 1 and 2 processes, by a key naming the test that reads it: all of them run in
     one 1-process and one 2-process job (conftest.py's ``one_and_two``), one after the other (tests/run_many.py),
-    instead of two jobs each.  Each entry is ``fedclust run``'s arguments but ``out=``."""
+    instead of two jobs each.  Each entry is ``fedclust run``'s arguments but ``out=``; data files they read are
+    written to the folder ``inputs``."""
     import sys
 
     sys.path.insert(0, str(GOLDEN))
@@ -152,6 +174,11 @@ def one_and_two_runs() -> dict[str, list[str]]:
     from test_fpfc_state import CLUSTERED
 
     runs["fpfc_clustered"] = list(CLUSTERED)
+    # tests/integration/test_user_model_runs.py: a conv user model (looped on a CPU) on a generated image pool
+    runs["user_conv"] = [*GOLDEN_OVERRIDES, "algorithm.name=panm_loss", "checkpoint_every=2", "rounds=4",
+                         "stage1_rounds=2", "train.local_epochs=1", "data.name=npz",
+                         f"data.path={image_pool(inputs / 'pool.npz')}", "data.clusters=rotation",
+                         "data.num_clusters=2", f"model={ROOT / 'tests' / 'plugins' / 'user_models.py'}:SmallConvGN"]
     # tests/integration/test_exchange_runs.py: with a 0.1 MB exchange budget (dozens of blocks a pass) and without
     for name in EXCHANGE_RUNS:
         extra = ["participation=0.5"] if name in ("fedavg", "ifca") else []

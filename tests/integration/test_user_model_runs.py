@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import wandb_offline as wo
-from run_files import results
+from run_files import IMAGE_CLASSES, IMAGE_SIDE, results
 from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
 from test_wandb import env as wandb_env
 
@@ -29,7 +29,6 @@ pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parents[1]
 MODELS = HERE / "plugins" / "user_models.py"
 SYNTHETIC_SHAPE, SYNTHETIC_CLASSES = (60,), 10          # data.name=synthetic: data.synthetic_dim, 10 classes
-SIDE, CLASSES = 10, 4                                    # the generated image pool below
 SHORT = ["rounds=4", "stage1_rounds=2", "train.local_epochs=1"]
 
 
@@ -47,22 +46,6 @@ def assert_model_recorded(summary: dict, spec: str, source: Path, parameters: in
     assert summary["model_source_sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
     assert summary["model_parameters"] == parameters
     assert summary["model_engine"] == engine
-
-
-def image_pool(path: Path) -> str:
-    """A small image pool (data.name=npz, pool form): 1x10x10 images of 4 classes, each class a bright
-    block in its own corner over noise, so the conv model has something to learn."""
-    r = np.random.default_rng(0)
-    arrays = {}
-    for split, per_class in (("train", 100), ("test", 50)):
-        y = r.permutation(np.repeat(np.arange(CLASSES), per_class)).astype(np.int64)
-        x = r.integers(0, 120, (len(y), 1, SIDE, SIDE)).astype(np.uint8)
-        for i, label in enumerate(y):
-            top, left = divmod(int(label), 2)
-            x[i, 0, top * 5:top * 5 + 4, left * 5:left * 5 + 4] += 120
-        arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y
-    np.savez(path, **arrays)
-    return str(path)
 
 
 def test_panm_loss_with_a_user_model_records_it_draws_figures_and_logs_to_wandb_offline(tmp_path):
@@ -94,22 +77,21 @@ def test_panm_loss_with_a_user_model_records_it_draws_figures_and_logs_to_wandb_
     assert logged["model_parameters"] == summary["model_parameters"]
 
 
-def test_a_conv_user_model_on_images_gives_the_same_numbers_on_one_and_two_processes(tmp_path):
+@pytest.mark.xdist_group("one_and_two")   # its two runs are in the shared 1- and 2-process jobs
+def test_a_conv_user_model_on_images_gives_the_same_numbers_on_one_and_two_processes(one_and_two):
     """SmallConvGN (convolutions, GroupNorm) on a generated image pool, 2 rotations: engine=auto loops it on a
     CPU; PANMLoss's metrics, neighbour lists and summary are identical on 1 process and on 2 (4 + 4 clients)."""
     spec = f"{MODELS}:SmallConvGN"
-    args = [*SHORT, "data.name=npz", f"data.path={image_pool(tmp_path / 'pool.npz')}", "data.clusters=rotation",
-            "data.num_clusters=2", f"model={spec}"]
     for nproc in (1, 2):
-        proc = launch(nproc, overrides("panm_loss", tmp_path / f"p{nproc}", *args))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert f"model {spec}: engine=loop" in proc.stdout
-    assert_same_run(tmp_path / "p1", tmp_path / "p2")
-    l1, l2 = (np.load(tmp_path / d / "neighbors.npz") for d in ("p1", "p2"))
+        assert f"model {spec}: engine=loop" in one_and_two["stdout"][nproc]
+    p1, p2 = one_and_two[1] / "user_conv", one_and_two[2] / "user_conv"
+    assert_same_run(p1, p2)
+    l1, l2 = (np.load(d / "neighbors.npz") for d in (p1, p2))
     assert (l1["final_lists"] >= 0).any() and np.array_equal(l1["final_lists"], l2["final_lists"])
-    _, summary = results(tmp_path / "p1")
-    assert summary["final_accuracy"] > 100 / CLASSES
-    assert_model_recorded(summary, spec, MODELS, independent_count("SmallConvGN", (1, SIDE, SIDE), CLASSES), "loop")
+    _, summary = results(p1)
+    assert summary["final_accuracy"] > 100 / IMAGE_CLASSES
+    assert_model_recorded(summary, spec, MODELS,
+                          independent_count("SmallConvGN", (1, IMAGE_SIDE, IMAGE_SIDE), IMAGE_CLASSES), "loop")
 
 
 def test_a_killed_run_resumes_exactly_and_a_changed_model_is_refused_but_not_an_unrelated_edit(tmp_path):
