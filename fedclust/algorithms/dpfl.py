@@ -66,6 +66,7 @@ Pool = Literal["frozen_first", "full"]
 Weights = Literal["data_size", "uniform"]
 TieRule = Literal["fixed", "previous"]
 Average = Literal["jacobi", "sequential"]
+Search = Literal["double_greedy", "greedy"]
 ORDER, COIN = "dpfl_order", "dpfl_coin"   # rng streams: a client's shuffle of its pool, its coin at each step
 
 
@@ -73,6 +74,9 @@ ORDER, COIN = "dpfl_order", "dpfl_coin"   # rng streams: a client's shuffle of i
 class DpflConfig:
     """The ``dpfl`` section (docs/algorithms.md, "DPFL")."""
 
+    search: Search = option("double_greedy", "double_greedy: the randomized double greedy (the reference's "
+                                             "optimized_rgl_p); greedy: add the peer of largest gain while it is "
+                                             ">= 0 (its non_monotone_constrained_greedy, unused by its DPFL)")
     budget: int = option(10, "B, the most clients a collaborator set holds, the client itself included (the "
                              "reference's cardinality, 10), >= 2")
     period: int = option(2, "a search every period rounds (the reference's periodicity_of_bandit, 2), >= 1; no "
@@ -195,6 +199,43 @@ def double_greedy(pool: torch.Tensor, ids: torch.Tensor, sizes: torch.Tensor, mo
     return X
 
 
+def greedy(pool: torch.Tensor, ids: torch.Tensor, sizes: torch.Tensor, models: torch.Tensor,
+           loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], budget: int) -> torch.Tensor:
+    """The plain constrained greedy of every own client at once (the reference's
+    non_monotone_constrained_greedy): from X = {i}, up to B − 1 times, the candidate z of ``pool`` of largest
+    ``R(X ∪ {z}) − R(X)`` (ties to the lower index) joins X while that gain is >= 0.  Bool ``[C, n]``; the
+    arguments as :func:`double_greedy`'s.  A step scores every candidate of every client still adding, in
+    chunks of 2·C sets."""
+    C, n = pool.shape
+    dev = pool.device
+    rows = torch.arange(C, device=dev)
+    X = torch.zeros(C, n, dtype=torch.bool, device=dev)
+    X[rows, ids.to(dev)] = True
+    r = rewards(X, rows, sizes, models, loss)
+    done = torch.zeros(C, dtype=torch.bool, device=dev)
+    for _ in range(budget - 1):
+        cand = pool & ~X & ~done[:, None]
+        row, col = cand.nonzero(as_tuple=True)   # by row, then by increasing index
+        if not len(row):
+            break
+        sets = X[row]
+        sets[torch.arange(len(row), device=dev), col] = True
+        got = torch.cat([rewards(sets[a:a + 2 * C], row[a:a + 2 * C], sizes, models, loss)
+                         for a in range(0, len(row), 2 * C)])
+        gain = got - r[row]
+        best = torch.full((C,), -math.inf, dtype=gain.dtype, device=dev).scatter_reduce(0, row, gain, "amax")
+        top = gain == best[row]
+        pick = torch.full((C,), n, dtype=torch.int64, device=dev).scatter_reduce(0, row[top], col[top], "amin")
+        add = (pick < n) & (best >= 0)
+        chosen = col == pick[row]   # one (row, pick) a row that adds
+        reward = r.clone()
+        reward[row[chosen]] = got[chosen]
+        X[rows[add], pick[add]] = True
+        r = torch.where(add, reward, r)
+        done |= ~add
+    return X
+
+
 def sequential_average(sets: torch.Tensor, sizes: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
     """``[n, P]``: every client's set average (bool ``sets [n, n]``, each with itself) taken client by client in
     index order, each from the models of the clients before it as already averaged and of the others as they are
@@ -273,8 +314,12 @@ class Dpfl(PeerAlgorithm):
             return dataclasses.replace(state, fetched=nobody), nobody
         sizes = self.sizes(ctx)
         pool = self.candidates(state, ctx, t)
-        X = double_greedy(pool, ctx.client_ids.to(ctx.device), sizes, view.all_after, ctx.val_loss, ctx.seed, t,
-                          self.dpfl.budget, self.dpfl.tie, self.dpfl.tie_rule == "previous")
+        ids = ctx.client_ids.to(ctx.device)
+        if self.dpfl.search == "greedy":
+            X = greedy(pool, ids, sizes, view.all_after, ctx.val_loss, self.dpfl.budget)
+        else:
+            X = double_greedy(pool, ids, sizes, view.all_after, ctx.val_loss, ctx.seed, t, self.dpfl.budget,
+                              self.dpfl.tie, self.dpfl.tie_rule == "previous")
         own = torch.arange(len(X), device=X.device), ctx.client_ids.to(X.device)
         chosen = X.clone()
         chosen[own] = False

@@ -214,6 +214,7 @@ OUT_OF_RANGE = {
     "dpfl.tie": ("1.5", ["algorithm.name=dpfl"]),
     "dpfl.tie_rule": ("last", ["algorithm.name=dpfl"]),
     "dpfl.average": ("gauss", ["algorithm.name=dpfl"]),
+    "dpfl.search": ("rgl", ["algorithm.name=dpfl"]),
     "deprl.head": ("[fc9]", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.head_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.body_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),

@@ -18,6 +18,7 @@ from fedclust.algorithms.dpfl import (
     DpflConfig,
     add_probability,
     double_greedy,
+    greedy,
     search_round,
     sequential_average,
     set_models,
@@ -164,12 +165,13 @@ def test_rounds_search_on_schedule_freeze_the_pool_and_average_by_examples():
         assert torch.equal(result.lists, state.chosen)
 
 
-def test_two_processes_choose_as_one():
+@pytest.mark.parametrize("search", ["double_greedy", "greedy"])
+def test_two_processes_choose_as_one(search):
     n, seed = 8, 4
     gen = torch.Generator().manual_seed(8)
     targets = torch.randn(n, P, generator=gen)
     after = targets + torch.randn(n, P, generator=gen)
-    algo = Dpfl(DpflConfig(budget=3))
+    algo = Dpfl(DpflConfig(budget=3, search=search))
     whole_ctx = make_ctx(n, torch.arange(n), targets, seed)
     _, whole = algo.select(algo.init(whole_ctx), whole_ctx, RoundView(round=3, before=None, after=after,
                                                                       all_after=after))
@@ -221,7 +223,8 @@ def test_uniform_weights_are_the_plain_mean():
 def test_keys_are_read_with_their_defaults():
     algo = Dpfl.from_config(load_config(None, ["algorithm.name=dpfl", "data.name=synthetic", "clients=8"]))
     assert algo.dpfl == DpflConfig(budget=10, period=2, start=3, pool="frozen_first", weights="data_size",
-                                   validation=0.2, tie=0.5, tie_rule="fixed", average="jacobi")
+                                   validation=0.2, tie=0.5, tie_rule="fixed", average="jacobi",
+                                   search="double_greedy")
     assert algo.validation_share == 0.2
 
 
@@ -229,7 +232,7 @@ def test_keys_are_read_with_their_defaults():
                                        ("dpfl.start", "41"), ("dpfl.pool", "first"), ("dpfl.weights", "size"),
                                        ("dpfl.validation", "0"), ("dpfl.validation", "1"), ("dpfl.tie", "1.5"),
                                        ("dpfl.tie", "nan"), ("dpfl.tie_rule", "last"),
-                                       ("dpfl.average", "gauss")])
+                                       ("dpfl.average", "gauss"), ("dpfl.search", "rgl")])
 def test_bad_keys_are_refused_naming_the_field(key, value):
     with pytest.raises(ConfigError) as e:
         load_config(None, ["algorithm.name=dpfl", "data.name=synthetic", "clients=8", "rounds=40",
@@ -296,3 +299,52 @@ def test_a_sequential_round_averages_client_by_client():
                                                                   all_after=after))
     sets = state.chosen | torch.eye(n, dtype=torch.bool)
     assert torch.allclose(result.models, plain_sequential(sets, examples, after), atol=1e-5)
+
+
+def plain_greedy(i, pool, sizes, models, loss, budget):
+    """The reference's non_monotone_constrained_greedy for client i: the candidate of largest gain (ties to the
+    lower index) joins while its gain is >= 0, at most budget − 1 times."""
+    def reward(members):
+        w = torch.tensor([float(sizes[j]) for j in members], dtype=torch.float64)
+        avg = ((w / w.sum())[:, None].to(models.dtype) * models[members]).sum(0)
+        return (10 - float(loss(avg[None], torch.tensor([i]))[0])) / 10
+
+    x, left = [i], sorted(j for j in pool if j != i)
+    for _ in range(budget - 1):
+        if not left:
+            break
+        r0 = reward(x)
+        gains = {c: reward(x + [c]) - r0 for c in left}
+        best = max(left, key=lambda c: (gains[c], -c))
+        if gains[best] < 0:
+            break
+        x.append(best)
+        left.remove(best)
+    return set(x)
+
+
+@pytest.mark.parametrize("budget", [2, 4, 9])
+def test_the_greedy_search_is_the_reference_rule_client_by_client(budget):
+    n = 9
+    gen = torch.Generator().manual_seed(18)
+    targets = torch.randn(n, P, generator=gen)
+    targets[n // 2:] += 2.0
+    models = targets + 0.8 * torch.randn(n, P, generator=gen)
+    sizes = torch.randint(5, 20, (n,), generator=gen).to(torch.float64)
+    pool = torch.rand(n, n, generator=gen) < 0.8
+    got = greedy(pool, torch.arange(n), sizes, models, loss_fn(targets), budget)
+    sizes_seen = set()
+    for i in range(n):
+        members = [j for j in range(n) if bool(pool[i, j]) or j == i]
+        want = plain_greedy(i, members, sizes, models, loss_fn(targets), budget)
+        assert set(got[i].nonzero().flatten().tolist()) == want, i
+        sizes_seen.add(len(want))
+    assert len(sizes_seen) > 1 or budget == 2
+
+
+def test_flat_gains_fill_the_greedy_set_in_index_order():
+    n = 6
+    got = greedy(torch.ones(n, n, dtype=torch.bool), torch.arange(n), torch.ones(n, dtype=torch.float64),
+                 torch.zeros(n, P), lambda m, o: torch.full((len(m),), 0.7), 3)
+    assert [set(r.nonzero().flatten().tolist()) for r in got] == [{i, *[j for j in range(n) if j != i][:2]}
+                                                                  for i in range(n)]
