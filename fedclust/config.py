@@ -22,6 +22,7 @@ from fedclust.algorithms import registry
 from fedclust.algorithms.base import RunFacts
 from fedclust.configfile import dump, parse, parse_override, read_yaml, set_key  # noqa: F401
 from fedclust.data import check_data, dataset
+from fedclust.data.drift import check_drift
 from fedclust.data.validation import check_share
 from fedclust.dist import (
     available_memory,
@@ -104,6 +105,7 @@ def validate(cfg: Config) -> None:
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device", "cuda", "no CUDA device is visible here; use device=cpu or device=auto")
     check_data(cfg.data, cfg.clients)   # data-set plugins were imported with the algorithms' (load_algorithms)
+    check_drift(cfg.data, cfg.rounds, dataset(cfg.data))
     share, key = validation_split(cfg, algorithm)
     # a pool's clients hold data.train_size examples each; a file's sizes are checked when the split is carved
     check_share(share, cfg.data.train_size if dataset(cfg.data).kind_of(cfg.data) == "pool" else 2, key or

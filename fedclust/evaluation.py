@@ -12,7 +12,13 @@ import torch
 from fedclust.data import dataset
 from fedclust.data.skew import partition_record
 from fedclust.engine.train import evaluate
-from fedclust.metrics import adjusted_rand_index, cluster_recovery, nanmean, neighbor_precision_recall
+from fedclust.metrics import (
+    adjusted_rand_index,
+    cluster_recovery,
+    drift_recovery,
+    nanmean,
+    neighbor_precision_recall,
+)
 from fedclust.models import model_record
 from fedclust.peers import PeerIndex, as_indices, peer_counts
 from fedclust.rank import Setup
@@ -98,7 +104,34 @@ def evaluate_round(setup: Setup, state, outcome) -> tuple[dict, np.ndarray | Non
     record.update(honest_and_worst(acc_all, setup.attackers, ctx.clusters))
     record.update(_extra_records(setup, extra_all))
     record.update(_clusters_found(ctx.clusters, all_lists if has_lists else None, result.assignment))
+    record.update(drift_record(setup, acc_all))
     return record, all_lists
+
+
+def drift_record(setup: Setup, acc_all: torch.Tensor) -> dict:
+    """With drift (``data.drift_round``): the round's epoch (events so far; its true clusters are neighbors.npz's
+    ``drift_clusters[epoch]``) and each event's moved clients' mean accuracy (percent); nothing without."""
+    drift = setup.drift
+    if drift is None:
+        return {}
+    moved = [drift.moved(e).to(acc_all.device) for e in range(len(drift.events))]
+    return {"drift_epoch": drift.epoch,
+            "drift_moved_accuracy": [100.0 * float(acc_all[m].mean()) for m in moved]}
+
+
+def drift_summary(setup: Setup, history: list[dict]) -> dict:
+    """summary.json's ``drift``: per event its round, the clients moved and
+    :func:`fedclust.metrics.drift_recovery`; nothing without drift."""
+    drift = setup.drift
+    if drift is None:
+        return {}
+    rows = [r for r in history if r.get("drift_moved_accuracy") is not None]
+    rounds = [int(r["round"]) for r in rows]
+    events = []
+    for e, t in enumerate(drift.events):
+        series = [float(r["drift_moved_accuracy"][e]) for r in rows]
+        events.append({"round": t, "moved": int(drift.moved(e).sum()), **drift_recovery(rounds, series, t)})
+    return {"drift": events}
 
 
 def _extra_records(setup: Setup, extra_all: dict) -> dict:
@@ -252,6 +285,7 @@ def summarize(setup: Setup, history: list[dict], wall: float, process: float | N
         "process_seconds": wall if process is None else process,
         "starts": starts,
         "mean_round_seconds": float(np.mean([r["round_seconds"] for r in history])),
+        **drift_summary(setup, history),
     }
 
 

@@ -76,3 +76,29 @@ def cluster_recovery(lists, clusters) -> dict:
     labels = graph_components(lists)
     ari = None if clusters is None else adjusted_rand_index(np.asarray(clusters), labels)
     return {"num_clusters": int(labels.max() + 1), "ari": ari}
+
+
+DRIFT_BEFORE = 5      # rounds before a drift event whose accuracy is the moved clients' level (SPEC-dynamics §3.2)
+DRIFT_WITHIN = 1.0    # points below that level that count as recovered
+DRIFT_AFTER = 50      # rounds from the event over which the moved clients' accuracy is averaged
+
+
+def drift_recovery(rounds: list[int], accuracy: list[float], event: int) -> dict:
+    """What a drift event at round ``event`` did to its moved clients, from their mean accuracy (percent)
+    ``accuracy[i]`` after each evaluated round ``rounds[i]`` (increasing):
+
+    - ``pre_accuracy``: the mean over the evaluated rounds in ``[event − 5, event)`` (none there: the last
+      evaluated round before the event; none at all: null, and so are the next two);
+    - ``recovery_rounds``: ``t − event`` for the first evaluated round ``t >= event`` whose accuracy is at least
+      ``pre_accuracy − 1`` (0: no drop after the event's own round), null where it never is (``recovered``
+      false);
+    - ``accuracy_after``: the mean over the evaluated rounds in ``[event, event + 50)`` (null: none)."""
+    before = [a for t, a in zip(rounds, accuracy) if event - DRIFT_BEFORE <= t < event]
+    if not before:
+        before = [a for t, a in zip(rounds, accuracy) if t < event][-1:]
+    after = [a for t, a in zip(rounds, accuracy) if event <= t < event + DRIFT_AFTER]
+    pre = float(np.mean(before)) if before else None
+    back = None if pre is None else next((t - event for t, a in zip(rounds, accuracy)
+                                          if t >= event and a >= pre - DRIFT_WITHIN), None)
+    return {"pre_accuracy": pre, "recovery_rounds": back, "recovered": back is not None,
+            "accuracy_after": float(np.mean(after)) if after else None}

@@ -12,6 +12,7 @@ import torch
 
 from fedclust.algorithms.base import Algorithm, Context
 from fedclust.data import FederatedData
+from fedclust.data.drift import Drift
 from fedclust.dist import Collectives, gather_parts, gather_rows
 from fedclust.engine.functional import Arch
 from fedclust.engine.layout import ParamLayout
@@ -67,6 +68,7 @@ class Setup:
     network: Network             # each round's graph, who is online, who straggles (config network)
     attackers: torch.Tensor | None = None   # [n] bool, the run's attackers (config attack); None: none
     columns: int = 0             # the exchange's column block (config exchange_mb); 0: whole models at once
+    drift: Drift | None = None   # the clients that change cluster and their rows (config data.drift_round); None
 
     # the shard's facts, read often
     @property

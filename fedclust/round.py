@@ -51,6 +51,8 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     models before training if the algorithm uses them) -> aggregate.  Updates ``state`` in place."""
     algo, ctx, t0 = setup.algo, setup.ctx, time.time()
     setup.shard.comm.round = t
+    if setup.drift is not None:   # round t's data and true clusters (rows swapped at a drift round only)
+        setup.drift.enter(t)
     cond = round_conditions(setup.network, setup.attackers, setup.cfg.attack, t)
     if cond.nobody_online:
         return _empty_round(setup, state, t, t0, stop_flag, due_flag)

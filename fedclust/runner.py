@@ -30,6 +30,7 @@ from fedclust.algorithms.base import Context, LossNotGiven
 from fedclust.attack import attackers, flip_labels
 from fedclust.config import personal_columns, run_facts, validation_split
 from fedclust.data import load_federated
+from fedclust.data.drift import Drift, drift_rounds, truths
 from fedclust.data.validation import carve_validation
 from fedclust.dist import Collectives, exchange_columns, finish, launch_rank, make_fabric, shard_bounds
 from fedclust.engine.pool import pool_losses
@@ -102,6 +103,30 @@ def engine_losses(layout, arch, data) -> dict:
             "val_loss": LossNotGiven("val_loss") if data.val_x is None else val_loss}
 
 
+def client_data(cfg: Config, algo, ids: torch.Tensor, device, bad: torch.Tensor | None,
+                held: torch.Tensor | None = None):
+    """The data of clients ``ids`` as the run trains and tests them: loaded (under the clusters ``held`` where
+    given: drift's rows), its validation split carved, an attacker's labels flipped."""
+    data = load_federated(cfg.data, cfg.clients, cfg.seed, ids.tolist(), device=device, held=held)
+    # a validation split: data.validation's, or the algorithm's own (CFL's best-of-lineage choice); 0: data unchanged
+    share, key = validation_split(cfg, algo)
+    data = carve_validation(data, share, cfg.seed, key)
+    if bad is not None and cfg.attack.kind == "label_flip":   # they train on flipped labels, every round
+        data = dataclasses.replace(data, train_y=flip_labels(data.train_y, bad[ids], data.num_classes))
+    return data
+
+
+def rank_data(cfg: Config, algo, client_ids: torch.Tensor, device, bad: torch.Tensor | None):
+    """``(data, drift)``: this rank's clients' data, and with drift (``data.drift_round``) every epoch's moved
+    rows, built here so that a round only swaps them in (:class:`fedclust.data.drift.Drift`); None without."""
+    data = client_data(cfg, algo, client_ids, device, bad)
+    events = drift_rounds(cfg.data)
+    if not events or data.clusters is None:
+        return data, None
+    truth = truths(cfg.seed, data.clusters, cfg.data.num_clusters, cfg.data.drift_fraction, events)
+    return data, Drift(events, truth, data, lambda ids, held: client_data(cfg, algo, ids, device, bad, held))
+
+
 def build(cfg: Config, fabric) -> Setup:
     """This rank's :class:`Setup`: its clients and their data, the model, the algorithm and its context."""
     rank, world, device = fabric.global_rank, fabric.world_size, fabric.device
@@ -114,13 +139,8 @@ def build(cfg: Config, fabric) -> Setup:
     client_ids = torch.arange(start, stop, dtype=torch.int64)
     model = run_model(cfg)                                       # its layout, w0 and module, built once
     algo = registry.build(cfg, run_facts(cfg, model))
-    data = load_federated(cfg.data, n, cfg.seed, client_ids.tolist(), device=device)
-    # a validation split: data.validation's, or the algorithm's own (CFL's best-of-lineage choice); 0: data unchanged
-    share, key = validation_split(cfg, algo)
-    data = carve_validation(data, share, cfg.seed, key)
     bad = attackers(cfg.seed, n, cfg.attack.fraction)   # the same on every rank
-    if bad is not None and cfg.attack.kind == "label_flip":   # they train on flipped labels, every round
-        data = dataclasses.replace(data, train_y=flip_labels(data.train_y, bad[client_ids], data.num_classes))
+    data, drift = rank_data(cfg, algo, client_ids, device, bad)
     spec, layout, w0 = model.spec, model.layout, model.w0.clone()
     # train_counts is None only where every client, on every rank, holds the full width: the same choice everywhere
     arch, why = model.net(cfg.engine, device.type, unequal=data.train_counts is not None)
@@ -129,7 +149,8 @@ def build(cfg: Config, fabric) -> Setup:
 
     comm = Collectives(rank, world, cfg.collective_timeout)
     network = Network(cfg.network, n, cfg.seed)   # each round's graph and who is online, the same on every rank
-    clusters = None if data.clusters is None else data.clusters.to(device)   # None: the data gives no truth
+    # None: the data gives no truth; with drift the very tensor the drift replaces in place
+    clusters = None if data.clusters is None else data.clusters if drift else data.clusters.to(device)
     ctx = Context(n=n, client_ids=client_ids.to(device), clusters=clusters, seed=cfg.seed,
                   stage1_rounds=cfg.stage1_rounds, w0=w0.to(device), device=device, all_reduce=comm.all_reduce,
                   **engine_losses(layout, arch, data),
@@ -147,7 +168,7 @@ def build(cfg: Config, fabric) -> Setup:
     shard = Shard(fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids, comm=comm)
     return Setup(cfg=cfg, shard=shard, data=data, arch=arch, spec=spec, inputs=checkpoint.input_files(cfg),
                  layout=layout, ctx=ctx, algo=algo, settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds),
-                 network=network, attackers=bad, columns=columns)
+                 network=network, attackers=bad, columns=columns, drift=drift)
 
 
 # ----------------------------------------------------------------------------
@@ -163,7 +184,10 @@ def fresh_state(setup: Setup) -> LoopState:
     rows = None
     if setup.cfg.train.init == "per_client":   # each client its own default init: C model builds, once
         rows = run_model(setup.cfg).client_rows(setup.shard.client_ids)
-    return LoopState.fresh(setup.shard, setup.ctx, setup.algo, setup.data.clusters, rows)
+    state = LoopState.fresh(setup.shard, setup.ctx, setup.algo, setup.data.clusters, rows)
+    if setup.drift is not None and setup.rank == 0:   # the true clusters of every epoch, for neighbors.npz
+        state.saved.update(setup.drift.arrays())
+    return state
 
 
 def add_round_end_hook(hook: Callable[[Setup, LoopState, str], None]) -> None:

@@ -255,6 +255,24 @@ class DataConfig:
     """
     share_images: bool = False
     """allow one image on several clients (runs of thousands of clients)."""
+    drift_round: int = 0
+    """`0`: no drift; a round `t` in `[2, rounds]`: at round t a share `data.drift_fraction` of each cluster's
+    clients moves to another cluster, its training and test data under that cluster's transform from then on.
+
+    The moved clients and their new clusters are drawn from (seed, t, client); the same examples, the new
+    cluster's transform. Pools only (`data.clusters` transforms), `data.num_clusters >= 2`. Several events:
+    `data.drift_rounds`. See [Drift](algorithms.md#drift-clients-that-change-cluster).
+    """
+    drift_rounds: list[int] = field(default_factory=list)
+    """several drift events: increasing rounds in `[2, rounds]`, each moving `data.drift_fraction` of every
+    current cluster (`[]`: `data.drift_round`'s one event, or none); not with `data.drift_round`.
+
+    A client may move at several events, back to its first cluster too. See
+    [Drift](algorithms.md#drift-clients-that-change-cluster).
+    """
+    drift_fraction: float = 0.25
+    """with drift: the share of each cluster's clients that moves at an event, in `(0, 1]`; `ceil(share ·
+    size)` of a cluster of `size`, so at least one a cluster."""
     download: bool = True
     """let torchvision download a missing data set."""
     options: dict = field(default_factory=dict)

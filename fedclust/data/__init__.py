@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from fedclust.data import registry
-from fedclust.data.base import LAYOUT_KEYS, DataSet, FederatedData, refuse_layout
+from fedclust.data.base import LAYOUT_KEYS, DataSet, FederatedData, PoolDataSet, refuse_layout
 from fedclust.data.partition import cluster_of_clients
 from fedclust.errors import ConfigError
 from fedclust.schema import DataConfig
@@ -63,9 +63,17 @@ def load_federated(
     seed: int,
     client_ids: Sequence[int] | None = None,
     device: str | torch.device = "cpu",
+    held: torch.Tensor | None = None,
 ) -> FederatedData:
     """The data of clients ``client_ids`` (all when None), a pure function of
-    (cfg, num_clients, seed) row by row (docs/algorithms.md)."""
+    (cfg, num_clients, seed) row by row (docs/algorithms.md); ``held``: the
+    cluster whose transform each client's rows take instead of its own (a pool's,
+    :mod:`fedclust.data.drift`)."""
     check_data(cfg, num_clients)
     ds = dataset(cfg)
-    return ds.load(cfg, num_clients, seed, _held_ids(client_ids, num_clients), torch.device(device))
+    ids = _held_ids(client_ids, num_clients)
+    if held is None:
+        return ds.load(cfg, num_clients, seed, ids, torch.device(device))
+    if not isinstance(ds, PoolDataSet):
+        raise ValueError(f"data set {cfg.name!r} has no cluster transform to give a client another cluster's")
+    return ds.load(cfg, num_clients, seed, ids, torch.device(device), held=held)

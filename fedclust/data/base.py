@@ -486,11 +486,13 @@ class PoolDataSet(DataSet):
     # ---------------------------------------------------------------- load
 
     def load(self, cfg: DataConfig, num_clients: int, seed: int, ids: torch.Tensor,
-             device: torch.device) -> FederatedData:
+             device: torch.device, held: torch.Tensor | None = None) -> FederatedData:
+        """``held`` ([C] int64): the cluster whose transform each client's rows take instead of its own (drift:
+        the same examples under another cluster's transform, :mod:`fedclust.data.drift`); None: its own."""
         raw = self.raw(cfg)
         k = self.num_classes(cfg)
         clusters = cluster_of_clients(num_clients, cfg.num_clusters, cfg.cluster_sizes)
-        held = clusters[ids]
+        held = clusters[ids] if held is None else torch.as_tensor(held, dtype=torch.int64).cpu()
         rows, counts = self.client_rows(cfg, raw, num_clients, seed, ids)
         xs: list[torch.Tensor | StoredInputs] = []
         ys: list[torch.Tensor] = []

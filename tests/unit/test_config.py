@@ -138,6 +138,9 @@ OUT_OF_RANGE = {
     "data.shards_per_client": ("0", ["data.partition=shards"]),
     "data.quantity_skew": ("-1", []),
     "data.share_images": ("maybe", []),
+    "data.drift_round": ("41", []),                 # beyond rounds = 40
+    "data.drift_rounds": ("[30, 20]", []),          # not increasing
+    "data.drift_fraction": ("1.5", ["data.drift_round=20"]),
     "data.download": ("maybe", []),
     "data.options": ("{split: balanced}", []),      # fmnist takes no options (torchvision:NAME's keyword arguments)
     "data.synthetic_alpha": ("-1", SYNTHETIC),

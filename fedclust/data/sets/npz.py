@@ -479,10 +479,12 @@ class Npz(PoolDataSet):
             cfg.num_clusters = k
 
     def load(self, cfg: DataConfig, num_clients: int, seed: int, ids: torch.Tensor,
-             device: torch.device) -> FederatedData:
+             device: torch.device, held: torch.Tensor | None = None) -> FederatedData:
         a = self.arrays(cfg)
-        if not a.natural:
-            return super().load(cfg, num_clients, seed, ids, device)
+        if not a.natural:   # a pool: under the clusters held where given (drift)
+            return super().load(cfg, num_clients, seed, ids, device, held=held)
+        if held is not None:
+            raise ValueError(f"{a.source} gives its own clients: no cluster transform to give one another cluster's")
         owner_train, owner_test = a.owners()
         out, counts = [], []
         for x, y, owner in ((a.train_x, a.train_y, owner_train), (a.test_x, a.test_y, owner_test)):
