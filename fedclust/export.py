@@ -32,6 +32,7 @@ from fedclust.config import load_algorithms
 from fedclust.configfile import parse
 from fedclust.data import dataset, load_federated
 from fedclust.data.base import PoolDataSet
+from fedclust.data.drift import clusters_at
 from fedclust.data.partition import label_tables, rotation_angles
 from fedclust.data.sets.npz import by_client, read_test_clients
 from fedclust.engine.train import evaluate
@@ -440,7 +441,9 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None, trust_code
                           "without --best")
     weights = weights.to(torch.float32)
     n = weights.shape[0]
-    fed = load_federated(cfg.data, n, cfg.seed, list(range(n)), device=torch.device("cpu"))
+    # with drift (data.drift_round), the test data of the checkpoint's round: each client under its cluster then
+    held = clusters_at(cfg.data, n, cfg.seed, int(payload["round"]))
+    fed = load_federated(cfg.data, n, cfg.seed, list(range(n)), device=torch.device("cpu"), held=held)
     # the engine the run chose on a CPU (auto: the loop for clients of unequal sizes)
     net, _ = make_net(arch, shape, classes, cfg.engine, "cpu", cfg.seed, unequal=fed.train_counts is not None)
     if data is None:

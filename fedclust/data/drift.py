@@ -31,6 +31,7 @@ import torch
 
 from fedclust import rng
 from fedclust.data.base import DataSet, FederatedData, PoolDataSet, StoredInputs
+from fedclust.data.partition import cluster_of_clients
 from fedclust.errors import ConfigError
 from fedclust.schema import DataConfig
 
@@ -113,6 +114,16 @@ def truths(seed: int, first: torch.Tensor, num_clusters: int, share: float, even
     for t in events:
         out.append(moves(seed, t, out[-1], num_clusters, share)[1])
     return torch.stack(out)
+
+
+def clusters_at(cfg: DataConfig, num_clients: int, seed: int, t: int) -> torch.Tensor | None:
+    """``[n]`` int64: the true clusters of round ``t`` of a run of this data config (None: no drift, every
+    client in its own cluster throughout); what ``fedclust evaluate`` tests a checkpoint's models on."""
+    events = drift_rounds(cfg)
+    if not events:
+        return None
+    first = cluster_of_clients(num_clients, cfg.num_clusters, cfg.cluster_sizes)
+    return truths(seed, first, cfg.num_clusters, cfg.drift_fraction, events)[bisect.bisect_right(events, t)]
 
 
 def _rows(x):

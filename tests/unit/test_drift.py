@@ -25,6 +25,7 @@ from fedclust.data.base import StoredInputs
 from fedclust.data.drift import moves, truths
 from fedclust.dist import make_fabric
 from fedclust.errors import ConfigError
+from fedclust.export import evaluate_run
 from fedclust.metrics import drift_recovery
 from fedclust.runner import _ROUND_END_HOOKS, build, prepare, run
 
@@ -244,6 +245,8 @@ def test_a_run_stopped_after_the_drift_round_resumes_to_the_same_records(root, t
     assert _records(tmp_path / "cut") == _records(tmp_path / "whole")
     a, b = (json.loads((tmp_path / d / "summary.json").read_text())["drift"] for d in ("cut", "whole"))
     assert a == b
+    # fedclust evaluate tests the last checkpoint's models on the test data of its round: after the drift
+    assert evaluate_run(tmp_path / "whole")["client_accuracy"] == _records(tmp_path / "whole")[-1]["client_accuracy"]
 
 
 # ---------------------------------------------------------------- refused
