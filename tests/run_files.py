@@ -179,6 +179,11 @@ def one_and_two_runs(inputs: Path) -> dict[str, list[str]]:
                          "stage1_rounds=2", "train.local_epochs=1", "data.name=npz",
                          f"data.path={image_pool(inputs / 'pool.npz')}", "data.clusters=rotation",
                          "data.num_clusters=2", f"model={ROOT / 'tests' / 'plugins' / 'user_models.py'}:SmallConvGN"]
+    # tests/integration/test_drift_runs.py: DFCA (k cluster models a client) on the image pool, 9 clients (5 + 4),
+    # half of each cluster moving at rounds 3 and 5, a validation split moving with them
+    runs["drift/dfca"] = [*GOLDEN_OVERRIDES, "algorithm.name=dfca", "clients=9", "rounds=6", "data.name=npz",
+                          f"data.path={image_pool(inputs / 'drift_pool.npz')}", "data.clusters=rotation",
+                          "data.drift_rounds=[3,5]", "data.drift_fraction=0.5", "data.validation=0.25"]
     # tests/integration/test_exchange_runs.py: with a 0.1 MB exchange budget (dozens of blocks a pass) and without
     for name in EXCHANGE_RUNS:
         extra = ["participation=0.5"] if name in ("fedavg", "ifca") else []
