@@ -270,3 +270,19 @@ def test_bad_values_are_refused_naming_the_key_and_the_fix(root, extra, key, par
     with pytest.raises(ConfigError) as e:
         _cfg(root, "algorithm.name=local", *extra)
     assert e.value.field == key and e.value.fix and part in str(e.value), str(e.value)
+
+
+def test_a_file_of_own_clients_is_refused_with_the_reason(root, tmp_path):
+    """A natural-clients npz (its clients and clusters its own, a `cluster` array too) has no transform to move a
+    client to."""
+    r = np.random.default_rng(0)
+    owners = np.repeat(np.arange(8), 3)
+    path = tmp_path / "clients.npz"
+    np.savez(path, x_train=r.normal(size=(24, 3)).astype(np.float32), y_train=np.arange(24) % 3,
+             x_test=r.normal(size=(24, 3)).astype(np.float32), y_test=np.arange(24) % 3, client_train=owners,
+             client_test=owners, cluster=np.arange(8) % 2)
+    load_config(None, BASE + ["rounds=6", "algorithm.name=local", "data.name=npz", f"data.path={path}"])
+    with pytest.raises(ConfigError) as e:
+        load_config(None, BASE + ["rounds=6", "algorithm.name=local", "data.name=npz", f"data.path={path}",
+                                  "data.drift_round=3"])
+    assert e.value.field == "data.drift_round" and "has none" in str(e.value) and "a pool" in e.value.fix
