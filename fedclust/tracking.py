@@ -77,9 +77,12 @@ def write_state(run_dir: Path, run_id: str, step: int) -> None:
 
 def round_payload(record: dict, wandb) -> dict:
     """A metrics record as W&B values: the per-client accuracy as a
-    histogram (and its spread), other lists left out, NaN as None."""
+    histogram (and its spread), each drift event's moved clients' accuracy
+    as ``drift_moved_accuracy_<event, from 1>``, other lists left out, NaN as None."""
     record = json_safe(record)
     payload = {k: v for k, v in record.items() if not isinstance(v, (list, dict)) and k != "round"}
+    for e, v in enumerate(record.get("drift_moved_accuracy") or []):
+        payload[f"drift_moved_accuracy_{e + 1}"] = v
     clients = record.get("client_accuracy")
     if clients:
         payload["client_accuracy"] = wandb.Histogram(clients)

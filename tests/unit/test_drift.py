@@ -28,6 +28,7 @@ from fedclust.errors import ConfigError
 from fedclust.export import evaluate_run
 from fedclust.metrics import drift_recovery
 from fedclust.runner import _ROUND_END_HOOKS, build, prepare, run
+from fedclust.tracking import round_payload
 
 BASE = ["clients=8", "stage1_rounds=2", "algorithm.k=2", "algorithm.l=4", "progress=false", "figures=false",
         "data.train_size=10", "data.test_size=6", "data.download=false"]
@@ -286,3 +287,15 @@ def test_a_file_of_own_clients_is_refused_with_the_reason(root, tmp_path):
         load_config(None, BASE + ["rounds=6", "algorithm.name=local", "data.name=npz", f"data.path={path}",
                                   "data.drift_round=3"])
     assert e.value.field == "data.drift_round" and "has none" in str(e.value) and "a pool" in e.value.fix
+
+
+def test_each_events_moved_accuracy_goes_to_wandb_as_a_number():
+    class FakeWandb:
+        @staticmethod
+        def Histogram(values):
+            return ("histogram", tuple(values))
+
+    payload = round_payload({"round": 4, "accuracy": 70.0, "client_accuracy": [60.0, 80.0], "drift_epoch": 1,
+                             "drift_moved_accuracy": [55.5, 66.0]}, FakeWandb)
+    assert payload["drift_moved_accuracy_1"] == 55.5 and payload["drift_moved_accuracy_2"] == 66.0
+    assert payload["drift_epoch"] == 1 and "drift_moved_accuracy" not in payload
