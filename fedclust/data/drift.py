@@ -131,6 +131,15 @@ def _rows(x):
     return x.stored if isinstance(x, StoredInputs) else x
 
 
+def _widen(rows: torch.Tensor, width: int) -> torch.Tensor:
+    """``rows`` ``[m, w, ...]`` padded with zeros (a padding position's stored value) to the rank's width: clients
+    of unequal sizes (``data.quantity_skew``, a validation split of them) are as wide as the widest held."""
+    if rows.shape[1] > width:
+        raise ValueError(f"drift: moved rows of width {rows.shape[1]}, wider than the rank's {width}")
+    pad = rows.new_zeros((rows.shape[0], width - rows.shape[1], *rows.shape[2:]))
+    return torch.cat([rows, pad], dim=1) if pad.shape[1] else rows
+
+
 class Drift:
     """This rank's drift: the true clusters of every epoch, and its moved clients' rows of each epoch, built
     once; :meth:`enter` puts round t's epoch in place in ``data`` (its rows and ``data.clusters``)."""
@@ -147,7 +156,8 @@ class Drift:
         for e in range(1, len(truth)):
             local = differs[e].nonzero().flatten()
             moved = load_rows(data.client_ids.cpu()[local], own[e, local])
-            self.epochs.append((local, {name: _rows(getattr(moved, name)) for name in self.base}))
+            self.epochs.append((local, {name: _widen(_rows(getattr(moved, name)), _rows(getattr(data, name)).shape[1])
+                                        for name in self.base}))
 
     def epoch_of(self, t: int) -> int:
         """The epoch of round ``t``: the events at rounds ``<= t``."""

@@ -27,7 +27,7 @@ from fedclust.dist import make_fabric
 from fedclust.errors import ConfigError
 from fedclust.export import evaluate_run
 from fedclust.metrics import drift_recovery
-from fedclust.runner import _ROUND_END_HOOKS, build, prepare, run
+from fedclust.runner import _ROUND_END_HOOKS, build, client_data, prepare, run
 from fedclust.tracking import round_payload
 
 BASE = ["clients=8", "stage1_rounds=2", "algorithm.k=2", "algorithm.l=4", "progress=false", "figures=false",
@@ -299,3 +299,19 @@ def test_each_events_moved_accuracy_goes_to_wandb_as_a_number():
                              "drift_moved_accuracy": [55.5, 66.0]}, FakeWandb)
     assert payload["drift_moved_accuracy_1"] == 55.5 and payload["drift_moved_accuracy_2"] == 66.0
     assert payload["drift_epoch"] == 1 and "drift_moved_accuracy" not in payload
+
+
+@pytest.mark.parametrize("skew", [["data.quantity_skew=0.7"], ["data.partition=dirichlet", "data.alpha=0.3",
+                                                               "data.quantity_skew=0.7"]])
+def test_clients_of_unequal_sizes_and_a_validation_split_move_whole(root, skew):
+    """Clients of unequal sizes (their rows padded to the widest) and the validation split carved from them: after
+    the event every row, padding and count equal the data loaded whole under the new clusters."""
+    cfg = _cfg(root, "algorithm.name=local", "data.train_size=30", "data.validation=0.3", "data.drift_round=3",
+               "data.drift_fraction=0.5", *skew)
+    setup = _setup(cfg)
+    setup.drift.enter(3)
+    now = truths(cfg.seed, cluster_of_clients(8, 2), 2, 0.5, [3])[1]
+    direct = client_data(cfg, setup.algo, torch.arange(8), torch.device("cpu"), None, held=now)
+    assert setup.data.train_counts is not None                   # the sizes differ
+    for k in ("train_x", "train_y", "test_x", "test_y", "val_x", "val_y", "train_counts", "val_counts"):
+        assert torch.equal(_stored(getattr(setup.data, k)), _stored(getattr(direct, k))), k
