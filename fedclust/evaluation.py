@@ -105,7 +105,21 @@ def evaluate_round(setup: Setup, state, outcome) -> tuple[dict, np.ndarray | Non
     record.update(_extra_records(setup, extra_all))
     record.update(_clusters_found(ctx.clusters, all_lists if has_lists else None, result.assignment))
     record.update(drift_record(setup, acc_all))
+    record.update(join_record(setup, acc_all, prec_all if has_lists else None))
     return record, all_lists
+
+
+def join_record(setup: Setup, acc_all: torch.Tensor, prec_all: torch.Tensor | None) -> dict:
+    """With late joiners (``network.join_round``): the mean accuracy (percent) and neighbour precision (null
+    without lists) of the joiners and of the clients present from the start; nothing without."""
+    late = setup.network.joiners
+    if late is None:
+        return {}
+    out: dict[str, float | None] = {}
+    for name, rows in (("joiner", late), ("incumbent", ~late)):
+        out[f"{name}_accuracy"] = 100.0 * float(acc_all[rows.to(acc_all.device)].mean())
+        out[f"{name}_neighbor_precision"] = None if prec_all is None else nanmean(prec_all[rows.to(prec_all.device)])
+    return out
 
 
 def drift_record(setup: Setup, acc_all: torch.Tensor) -> dict:

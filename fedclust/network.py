@@ -212,6 +212,60 @@ def read_availability(path: str | Path, n: int) -> torch.Tensor:
     return torch.from_numpy(arr.astype(bool))
 
 
+JOIN = "join"             # rng stream: who joins late
+JOIN_PEER = "join_peer"   # rng stream: whose model a joiner copies (network.join_init=peer)
+
+
+def joiners(seed: int, n: int, fraction: float) -> torch.Tensor | None:
+    """Bool ``[n]`` (CPU): the run's late joiners (``network.join_fraction``), the ``ceil(fraction · n)`` clients
+    of lowest key ``rng.uniform(seed, 0, "join", client)`` (ties: the lower id); None when there are none."""
+    if fraction <= 0:
+        return None
+    count = math.ceil(fraction * n - 1e-9)
+    keys = rng.uniform(seed, 0, JOIN, torch.arange(n), 0)
+    out = torch.zeros(n, dtype=torch.bool)
+    out[torch.argsort(keys, stable=True)[:count]] = True
+    return out
+
+
+def join_peers(seed: int, round_: int, late: torch.Tensor) -> torch.Tensor:
+    """``[n]`` int64: for each late joiner (``late``, bool ``[n]``) the present client whose model it copies at
+    its join round (``network.join_init=peer``): the present clients in id order, the one at
+    ``floor(rng.uniform(seed, round, "join_peer", joiner) · present)``; -1 for the others."""
+    present = (~late).nonzero().flatten()
+    pick = (rng.uniform(seed, round_, JOIN_PEER, torch.arange(len(late)), 0) * len(present)).floor().to(torch.int64)
+    return torch.where(late, present[pick.clamp_max(len(present) - 1)], -1)
+
+
+@dataclass(frozen=True)
+class Join:
+    """One rank's late joiners: at round ``round`` (and no other) :meth:`start` puts each local joiner's model to
+    its start: ``initial`` (``[J, P]``, the run's initial rows of the local joiners ``rows``), or with
+    ``peers`` the model the chosen present client holds then (gathered exactly: a float's bits summed as int32
+    with zeros from every rank but its holder's)."""
+
+    round: int
+    late: torch.Tensor                # [n] bool (CPU), every late joiner
+    rows: torch.Tensor                # local rows of this rank's joiners
+    initial: torch.Tensor             # [len(rows), P] their initial models
+    peers: torch.Tensor | None        # [n] int64 the client each copies (join_peers); None: initial
+
+    def start(self, flat: torch.Tensor, ids: torch.Tensor, all_reduce) -> None:
+        """In place on this rank's models ``flat`` (clients ``ids``), at the join round: each joiner's start."""
+        if self.peers is None:
+            flat[self.rows.to(flat.device)] = self.initial.to(flat.device, flat.dtype)
+            return
+        late = self.late.nonzero().flatten()           # every joiner, in id order: the rows of the buffer
+        source = self.peers[late]
+        lo, hi = (int(ids[0]), int(ids[-1]) + 1) if len(ids) else (0, 0)
+        mine = ((source >= lo) & (source < hi)).nonzero().flatten()
+        buf = torch.zeros(len(late), flat.shape[1], dtype=flat.dtype, device=flat.device)
+        buf[mine.to(flat.device)] = flat[(source[mine] - lo).to(flat.device)]
+        bits = all_reduce(buf.view(torch.int32)).view(flat.dtype)   # one holder a row: exact
+        own = ((late >= lo) & (late < hi)).nonzero().flatten()
+        flat[(late[own] - lo).to(flat.device)] = bits[own.to(flat.device)]
+
+
 def epoch_of(round_: int, redraw_every: int) -> int:
     """The graph a round uses: 0 for every round without redraws, else ``(round - 1) // redraw_every``."""
     return 0 if redraw_every <= 0 else max(0, round_ - 1) // redraw_every
@@ -247,10 +301,19 @@ class Network:
         self._graph: Graph | None = None
         self._trace = read_availability(net.availability, n) if net.availability else None
         self.drawn: dict[int, np.ndarray] = {}   # epoch -> its graph's edges [E, 2] int32, as drawn (the record)
+        # the late joiners (network.join_round), bool [n] (CPU); None: none
+        self.joiners = joiners(seed, n, net.join_fraction) if net.join_round else None
 
     def online(self, round_: int) -> torch.Tensor | None:
         """Bool ``[n]`` (CPU): the clients online in round ``round_``; None: everyone (no faults asked).  With
-        ``p_offline`` a client is offline when ``rng.uniform(seed, round, "offline", client) < p_offline``."""
+        ``p_offline`` a client is offline when ``rng.uniform(seed, round, "offline", client) < p_offline``; a
+        late joiner (``join_round``) is offline in every round before its join (:func:`joiners`)."""
+        up = self._online(round_)
+        if self.joiners is None or round_ >= self.net.join_round:
+            return up
+        return ~self.joiners if up is None else up & ~self.joiners
+
+    def _online(self, round_: int) -> torch.Tensor | None:
         if self._trace is not None:
             return self._trace[(round_ - 1) % self._trace.shape[0]]
         p = float(self.net.p_offline)

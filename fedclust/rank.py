@@ -17,7 +17,7 @@ from fedclust.dist import Collectives, gather_parts, gather_rows
 from fedclust.engine.functional import Arch
 from fedclust.engine.layout import ParamLayout
 from fedclust.engine.train import TrainSettings
-from fedclust.network import Network
+from fedclust.network import Join, Network
 from fedclust.schema import Config
 
 T = TypeVar("T")
@@ -69,6 +69,7 @@ class Setup:
     attackers: torch.Tensor | None = None   # [n] bool, the run's attackers (config attack); None: none
     columns: int = 0             # the exchange's column block (config exchange_mb); 0: whole models at once
     drift: Drift | None = None   # the clients that change cluster and their rows (config data.drift_round); None
+    join: Join | None = None     # this rank's late joiners and their start (config network.join_round); None
 
     # the shard's facts, read often
     @property

@@ -764,7 +764,9 @@ def _warn(msg: str) -> None:
 # --curves --metric: the record field drawn -> the y axis's words
 CURVE_METRICS = {"accuracy": "mean test accuracy (%)",
                  "honest_accuracy": "honest clients' accuracy (%)",
-                 "worst_cluster_accuracy": "worst cluster's accuracy (%)"}
+                 "worst_cluster_accuracy": "worst cluster's accuracy (%)",
+                 "joiner_accuracy": "late joiners' accuracy (%)",
+                 "incumbent_accuracy": "accuracy of the clients present from the start (%)"}
 
 
 def read_curve(run: dict, warn=_warn, metric: str = "accuracy") -> dict[int, float]:
@@ -956,8 +958,9 @@ def main(argv=None) -> int:
                                                    "folder is made where missing)")
     p.add_argument("--metric", choices=tuple(CURVE_METRICS), default=None,
                    help="the record field --curves averages and draws: accuracy (the mean over clients, default), "
-                        "honest_accuracy (the clients that do not attack) or worst_cluster_accuracy (the lowest "
-                        "true cluster's mean)")
+                        "honest_accuracy (the clients that do not attack), worst_cluster_accuracy (the lowest "
+                        "true cluster's mean), or with late joiners (network.join_round) joiner_accuracy and "
+                        "incumbent_accuracy (the clients present from the start)")
     p.add_argument("--band", choices=("std", "minmax"), default="std",
                    help="the curves' band: ± 1 sample std over seeds (default) or min-max")
     p.add_argument("--strict", action="store_true",

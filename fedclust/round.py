@@ -53,6 +53,8 @@ def round_step(setup: Setup, state: LoopState, t: int, stop_flag: bool = False,
     setup.shard.comm.round = t
     if setup.drift is not None:   # round t's data and true clusters (rows swapped at a drift round only)
         setup.drift.enter(t)
+    if setup.join is not None and t == setup.join.round:   # the late joiners' models at their join
+        setup.join.start(state.flat, setup.client_ids, setup.shard.comm.all_reduce)
     cond = round_conditions(setup.network, setup.attackers, setup.cfg.attack, t)
     if cond.nobody_online:
         return _empty_round(setup, state, t, t0, stop_flag, due_flag)

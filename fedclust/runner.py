@@ -38,7 +38,7 @@ from fedclust.engine.precision import apply_precision
 from fedclust.engine.train import TrainSettings, batch_grads, pair_losses, sample_losses
 from fedclust.evaluation import evaluate_round, keep_best_models, summarize
 from fedclust.identity import run_identity
-from fedclust.network import Network
+from fedclust.network import Join, Network, join_peers
 from fedclust.outputs import RunLock, check_writable, default_out
 from fedclust.rank import Setup, Shard
 from fedclust.rank0 import RankZeroOutput
@@ -168,7 +168,20 @@ def build(cfg: Config, fabric) -> Setup:
     shard = Shard(fabric=fabric, rank=rank, world=world, device=device, n=n, client_ids=client_ids, comm=comm)
     return Setup(cfg=cfg, shard=shard, data=data, arch=arch, spec=spec, inputs=checkpoint.input_files(cfg),
                  layout=layout, ctx=ctx, algo=algo, settings=settings, stage1_end=min(cfg.stage1_rounds, cfg.rounds),
-                 network=network, attackers=bad, columns=columns, drift=drift)
+                 network=network, attackers=bad, columns=columns, drift=drift,
+                 join=late_joiners(cfg, network, model, client_ids, device))
+
+
+def late_joiners(cfg: Config, network: Network, model, client_ids: torch.Tensor, device) -> Join | None:
+    """This rank's late joiners (``network.join_round``) and what each starts from at its join; None: none."""
+    late = network.joiners
+    if late is None:
+        return None
+    rows = late[client_ids].nonzero().flatten()
+    initial = (model.client_rows(client_ids[rows]) if cfg.train.init == "per_client"
+               else model.w0.expand(len(rows), -1)).to(device).clone()
+    peers = join_peers(cfg.seed, cfg.network.join_round, late) if cfg.network.join_init == "peer" else None
+    return Join(round=cfg.network.join_round, late=late, rows=rows, initial=initial, peers=peers)
 
 
 # ----------------------------------------------------------------------------

@@ -76,6 +76,7 @@ Device = Literal["auto", "cpu", "cuda"]
 ResumeMode = Literal["auto", "never", "require"]
 GraphKind = Literal["complete", "ring", "regular", "erdos_renyi", "small_world", "file"]
 AttackKind = Literal["sign_flip", "gaussian", "label_flip"]
+JoinInit = Literal["initial", "peer"]   # fedclust.network.Join
 InitKind = Literal["common", "per_client"]
 PRECISIONS = typing.get_args(Precision)
 
@@ -403,6 +404,20 @@ class NetworkConfig:
     p_drop: float = 0.0
     """each model a client sends a peer is lost with this probability, in `[0, 1)` (keyed on seed, round,
     receiver, sender); the receiver averages what arrived; peer-to-peer algorithms only."""
+    join_round: int = 0
+    """late joiners: `0`, none; a round `t` in `[2, rounds]`: the `network.join_fraction` share of clients is
+    absent before round t (it does not train, send, answer or count in any average, as an offline client) and
+    joins at round t with the model of `network.join_init`.
+
+    See [Late joiners](algorithms.md#late-joiners-clients-that-arrive-mid-run).
+    """
+    join_fraction: float = 0.0
+    """with `network.join_round`: the share of clients that join late, in `(0, 1)`; the `ceil(share ·
+    clients)` of lowest key (seed, client), at least one client present from the start."""
+    join_init: JoinInit = "initial"
+    """with `network.join_round`: the model a joiner starts from at its join: `initial` (the run's initial
+    model, its own under `train.init=per_client`) or `peer` (a copy of a random present client's model, drawn
+    from (seed, client))."""
 
     def validate(self, cfg: Config) -> None:
         at_least("network.degree", self.degree, 1, "neighbours of each client in the graph")
@@ -418,6 +433,36 @@ class NetworkConfig:
         if self.p_offline > 0 and self.availability:
             raise ConfigError("network.availability", self.availability, "gives who is online itself: set "
                               "network.p_offline=0, or leave network.availability empty")
+        _check_join(self, cfg.rounds, cfg.clients)
+
+
+def _check_join(net: NetworkConfig, rounds: int, clients: int) -> None:
+    """``network.join_round``, ``network.join_fraction`` and ``network.join_init`` in range and given together;
+    ConfigError naming the key, the value and the fix."""
+    t, share = net.join_round, net.join_fraction
+    if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+        raise ConfigError("network.join_round", t, "use 0 (no late joiners) or the round at which they join, a "
+                          f"whole number in [2, rounds = {rounds}]")
+    if t and not 2 <= t <= rounds:
+        raise ConfigError("network.join_round", t, f"late joiners join at a round of the run after its first: use "
+                          f"a round in [2, rounds = {rounds}], or 0 for none")
+    if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share < 1:
+        raise ConfigError("network.join_fraction", share, "the share of clients that join late must lie in (0, 1) "
+                          "(e.g. 0.25): some clients must be present from the start")
+    if not t:
+        if share:
+            raise ConfigError("network.join_fraction", share, "has no effect: no client joins late "
+                              "(network.join_round = 0); set network.join_round, or drop the key")
+        if net.join_init != NetworkConfig.join_init:
+            raise ConfigError("network.join_init", net.join_init, "has no effect: no client joins late "
+                              "(network.join_round = 0); set network.join_round, or drop the key")
+        return
+    if not share:
+        raise ConfigError("network.join_fraction", share, f"network.join_round={t} asks for late joiners: give "
+                          "their share in (0, 1), e.g. network.join_fraction=0.25, or set network.join_round=0")
+    if math.ceil(share * clients - 1e-9) >= clients:
+        raise ConfigError("network.join_fraction", share, f"would make all {clients} clients join late (ceil(share "
+                          "· clients)); lower it so that at least one client is present from the start")
 
 
 @dataclass
