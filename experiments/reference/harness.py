@@ -319,7 +319,7 @@ def read_reference(folder: Path, cluster: np.ndarray) -> dict | None:
         if "test_best_model_idx" in res:
             best_idx.append(res["test_best_model_idx"][str(ROUNDS)])
         text = (logs / f"{uid}.log").read_text(errors="replace") if (logs / f"{uid}.log").exists() else ""
-        picks = re.findall(r"Best model chosen:(\d+)", text)
+        picks = re.findall(r"Best model chosen:(\d+)", text.split("Final evaluation (after all-reduce)")[0])
         if picks:
             chosen.append(int(picks[-1]))
         pulls = re.findall(r"Incomming neighbors \(to recieve from\): \{([^}]*)\}", text)
@@ -404,7 +404,8 @@ def table(args) -> None:
             if v[0] is not None:
                 rc.append(f"{label} {v[0]:.2f}")
         fc = []
-        for key, label in (("ari", "ARI"), ("neighbor_precision", "same-cluster share of neighbours"),
+        for key, label in (("num_clusters", "clusters found"), ("ari", "ARI"),
+                           ("neighbor_precision", "same-cluster share of neighbours"),
                            ("final_accuracy_oracle_head", "oracle-head accuracy")):
             v = mean("fedclust", m, key)
             if v[0] is not None:
