@@ -184,6 +184,11 @@ def one_and_two_runs(inputs: Path) -> dict[str, list[str]]:
     runs["drift/dfca"] = [*GOLDEN_OVERRIDES, "algorithm.name=dfca", "clients=9", "rounds=6", "data.name=npz",
                           f"data.path={image_pool(inputs / 'drift_pool.npz')}", "data.clusters=rotation",
                           "data.drift_rounds=[3,5]", "data.drift_fraction=0.5", "data.validation=0.25"]
+    # tests/integration/test_join_runs.py: late joiners on 8 clients (4 + 4), 2 joining at round 4: PANMGrad's copying
+    # a present client's model (held on either rank) under offline clients, DFCA's (a bank a client) the initial one
+    join = [*GOLDEN_OVERRIDES, "checkpoint_every=2", "network.join_round=4", "network.join_fraction=0.25"]
+    runs["join/panm_grad"] = [*join, "algorithm.name=panm_grad", "network.join_init=peer", "network.p_offline=0.2"]
+    runs["join/dfca"] = [*join, "algorithm.name=dfca"]
     # tests/integration/test_exchange_runs.py: with a 0.1 MB exchange budget (dozens of blocks a pass) and without
     for name in EXCHANGE_RUNS:
         extra = ["participation=0.5"] if name in ("fedavg", "ifca") else []
