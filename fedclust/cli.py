@@ -173,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     v.add_argument("--best", action="store_true", help="each client's model at its best-validation round "
                                                        "(a run with data.validation) instead of its last")
+    v.add_argument("--unseen", action="store_true",
+                   help="with --data: its clients are new ones (any ids; FLUX's unseen-client protocol): each takes, "
+                        "of the method's models a new client may take (IFCA's, CFL's, FedGroup's cluster models; "
+                        "DFCA's and FedSPD's banks; Facade's core with each head; a peer method's client models), "
+                        "the one of lowest loss on the first half of its examples, and is scored on the rest")
     return p
 
 
@@ -189,12 +194,22 @@ def _export(args) -> int:
 def _evaluate(args) -> int:
     import json
 
-    from fedclust.export import evaluate_run
+    from fedclust.export import evaluate_run, evaluate_unseen
 
-    r = evaluate_run(args.run_dir, args.data, args.trust_code, args.best,
-                     warn=lambda m: print(f"fedclust: warning: {m}", file=sys.stderr))
+    def warn(message: str) -> None:
+        print(f"fedclust: warning: {message}", file=sys.stderr)
+
+    if args.unseen:
+        if not args.data or args.best:
+            print("fedclust: error: --unseen scores new clients: give their examples with --data FILE (and no "
+                  "--best)", file=sys.stderr)
+            return 2
+        r = evaluate_unseen(args.run_dir, args.data, args.trust_code, warn=warn)
+    else:
+        r = evaluate_run(args.run_dir, args.data, args.trust_code, args.best, warn=warn)
     if args.json:
-        print(json.dumps({"accuracy": r["accuracy"], "client_accuracy": r["client_accuracy"]}))
+        keys = ("accuracy", "client_accuracy") + (("clients", "choice", "candidates") if args.unseen else ())
+        print(json.dumps({k: r[k] for k in keys}))
     else:
         print(f"round {r['round']}, {r['models']} models, {r['data']}: mean accuracy {r['accuracy']:.2f}% over "
               f"{len(r['client_accuracy'])} clients (lowest {min(r['client_accuracy']):.2f}%, highest "

@@ -27,14 +27,15 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from fedclust import checkpoint
-from fedclust.config import load_algorithms
+from fedclust import checkpoint, upgrade
+from fedclust.algorithms import registry
+from fedclust.config import load_algorithms, run_facts
 from fedclust.configfile import parse
 from fedclust.data import dataset, load_federated
 from fedclust.data.base import PoolDataSet
 from fedclust.data.drift import clusters_at
 from fedclust.data.partition import label_tables, rotation_angles
-from fedclust.data.sets.npz import by_client, read_test_clients
+from fedclust.data.sets.npz import by_client, read_new_clients, read_test_clients
 from fedclust.engine.train import evaluate
 from fedclust.errors import DataError, OutputError
 from fedclust.evaluation import best_validation
@@ -460,6 +461,45 @@ def evaluate_run(run_dir: str | Path, data: str | Path | None = None, trust_code
     per = [round(100.0 * float(a), 2) for a in acc]
     return {"accuracy": 100.0 * float(acc.double().mean()), "client_accuracy": per, "round": int(payload["round"]),
             "data": where, "models": "best-validation" if best else "last"}
+
+
+def evaluate_unseen(run_dir: str | Path, data: str | Path, trust_code: bool = False, warn=None) -> dict:
+    """FLUX's unseen-client protocol (``fedclust evaluate RUN --data FILE --unseen``): each client of ``data`` (the
+    natural form's test arrays, any client ids: clients the run never saw) takes, of the models the method offers
+    a new client (:meth:`fedclust.algorithms.base.Algorithm.unseen_candidates`: its cluster models, banks or
+    heads; a peer method's client models), the one of lowest mean loss on the first half of its examples (its
+    first ``floor(N / 2)`` in the file's order; the first of ties), and is scored on the rest.  ``{"accuracy",
+    "client_accuracy", "clients" (the file's ids, sorted), "choice" (each client's model, an index into the
+    candidates), "candidates" (how many), "round", "data", "models": "unseen"}``."""
+    cfg, payload, _ = read_run(run_dir, trust_code)
+    layout, arch, shape, classes = _layout(cfg)
+    ds = dataset(cfg.data)
+    if not isinstance(ds, PoolDataSet):
+        raise DataError(f"--data {data}: the run's data set {cfg.data.name} makes its own inputs, so new clients' "
+                        "data cannot be normalised as the run's: --unseen needs a run on a pool or a file")
+    x, y, owner, ids = read_new_clients(str(data), shape, classes)
+    why = range_mismatch(x, ds.raw(cfg.data).train_x, data)
+    if why:
+        (warn or (lambda m: warnings.warn(m, stacklevel=2)))(why)
+    m = len(ids)
+    xs, ys, counts = by_client(x, y, owner, m, torch.arange(m), lambda v: ds.normalize(cfg.data, v))
+    total = torch.bincount(owner, minlength=m) if counts is None else counts
+    algo = registry.build(cfg, run_facts(cfg, run_model(cfg)))
+    weights = payload["weights"].to(torch.float32)
+    models = algo.unseen_candidates(upgrade.checkpoint(payload, algo)["algorithm"], weights).to(torch.float32)
+    net, _ = make_net(arch, shape, classes, cfg.engine, "cpu", cfg.seed, unequal=True)
+    half = total // 2
+    losses = torch.stack([evaluate(model.expand(m, -1).contiguous(), layout, net, xs, ys, counts=half)[1]
+                          for model in models])                   # [candidates, m] on each first half
+    choice = losses.argmin(dim=0)                                  # [m]: the first of ties
+    rest = half[:, None] + torch.arange(int((total - half).max()))[None, :]
+    rest = rest.clamp_max(xs.shape[1] - 1)
+    rows = torch.arange(m)[:, None]
+    acc, _ = evaluate(models[choice], layout, net, xs[rows, rest], ys[rows, rest], counts=total - half)
+    return {"accuracy": 100.0 * float(acc.double().mean()),
+            "client_accuracy": [round(100.0 * float(a), 2) for a in acc], "clients": [int(i) for i in ids],
+            "choice": [int(c) for c in choice], "candidates": len(models),
+            "round": int(payload["round"]), "data": str(data), "models": "unseen"}
 
 
 def range_mismatch(new: torch.Tensor, raw: torch.Tensor, path) -> str | None:

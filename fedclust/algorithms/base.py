@@ -593,6 +593,17 @@ class Algorithm:
         (their columns travel in the round's one gather).  Default: none."""
         return {}
 
+    def unseen_candidates(self, saved: dict, weights: torch.Tensor) -> torch.Tensor:
+        """The models a client the run never saw may take (``fedclust evaluate --unseen``, FLUX's unseen-client
+        protocol: the one of lowest loss on the first half of its examples, scored on the rest).
+
+        Parameters: ``saved``, the method's state as a checkpoint holds it (:meth:`state_dict`'s ``{"clients":
+        {field: [n, ...]}, "server": {field: value}}``, every client's rows, on the CPU); ``weights``, ``[n, P]``
+        every client's model.  Returns ``[M, P]``.  Default: the clients' models (a peer method's peers: the
+        new client has no model for a similarity that needs one, so its lowest loss stands in); a method with
+        models of its own (cluster models, banks, heads) gives those."""
+        return weights
+
     # -- checkpoints -----------------------------------------------------
 
     def state_dict(self, state: State) -> dict:

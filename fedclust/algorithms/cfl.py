@@ -344,6 +344,10 @@ class Cfl(ServerMethod):
             return self.cfl.eps1, self.cfl.eps2
         return scaled_thresholds(reference_norm, self.cfl.eps1, self.cfl.eps2)
 
+    def unseen_candidates(self, saved: dict, weights: torch.Tensor) -> torch.Tensor:
+        """The K cluster models (the leaves; fedclust evaluate --unseen)."""
+        return saved["server"]["models"]
+
     def aggregate(self, state: CflState, ctx: Context, view: RoundView):
         """Δθ_i of every participant against the model it was sent; after the
         warm-up (rounds t > cfl.warmup) the splits (:meth:`split`); then each

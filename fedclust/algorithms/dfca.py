@@ -181,6 +181,11 @@ class Dfca(PeerAlgorithm):
     def select(self, state, ctx: Context, view: RoundView):
         return state, self.partners(ctx, view.round)
 
+    def unseen_candidates(self, saved: dict, weights: torch.Tensor) -> torch.Tensor:
+        """Every client's k cluster models, ``[n·k, P]`` (client 0's first; fedclust evaluate --unseen)."""
+        bank = saved["clients"]["bank"]
+        return bank.reshape(-1, bank.shape[-1])
+
     def aggregate(self, state: DfcaState, ctx: Context, view: RoundView) -> tuple[DfcaState, RoundResult]:
         t = view.round
         partners = within(self.partners(ctx, t), ctx.reach(t))

@@ -165,6 +165,14 @@ class Facade(PeerAlgorithm):
         """Every neighbour of the round's graph."""
         return state, graph_neighbours(ctx, view.round, self.facade.degree, "facade")
 
+    def unseen_candidates(self, saved: dict, weights: torch.Tensor) -> torch.Tensor:
+        """Every client's core with each of its k heads, ``[n·k, P]`` (client 0's first; fedclust evaluate
+        --unseen)."""
+        heads = saved["clients"]["heads"]
+        n, k = heads.shape[:2]
+        core = weights.repeat_interleave(k, dim=0)
+        return self._models(core, heads.reshape(n * k, -1).to(weights.dtype), inplace=True)
+
     def aggregate(self, state: FacadeState, ctx: Context, view: RoundView) -> tuple[FacadeState, RoundResult]:
         t = view.round
         _, neighbours = self.select(state, ctx, view)

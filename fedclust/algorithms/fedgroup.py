@@ -337,6 +337,10 @@ class FedGroup(ServerMethod):
             trains = trains | cold_start_clients(ctx.seed, ctx.n, self.fedgroup.pretrain_scale * self.fedgroup.groups)
         return state, RoundPlan(start=start, anchor=start if self.mu > 0 else None, mu=self.mu, trains=trains)
 
+    def unseen_candidates(self, saved: dict, weights: torch.Tensor) -> torch.Tensor:
+        """The m group models (fedclust evaluate --unseen)."""
+        return saved["server"]["groups"]
+
     def aggregate(self, state: FedGroupState, ctx: Context, view: RoundView):
         """Round 1: the group cold start (Alg. 3-4) on the subset S, whose
         round-1 updates from w0 are their pre-training updates; the other

@@ -254,6 +254,11 @@ class Fedspd(PeerAlgorithm):
     def select(self, state, ctx: Context, view: RoundView):
         return state, self.neighbours(ctx, view.round)
 
+    def unseen_candidates(self, saved: dict, weights: torch.Tensor) -> torch.Tensor:
+        """Every client's S cluster models, ``[n·S, P]`` (client 0's first; fedclust evaluate --unseen)."""
+        bank = saved["clients"]["bank"]
+        return bank.reshape(-1, bank.shape[-1])
+
     def aggregate(self, state: FedspdState, ctx: Context, view: RoundView) -> tuple[FedspdState, RoundResult]:
         t, S = view.round, self.fedspd.clusters
         labels = view.gathered_labels().to(ctx.device)

@@ -168,6 +168,10 @@ class Ifca(Algorithm):
         trains = trainers(ctx.seed, round_, ctx.n, self.participation, ctx.online(round_))
         return state, RoundPlan(start=state.models[choice], trains=trains, labels=choice)
 
+    def unseen_candidates(self, saved: dict, weights: torch.Tensor) -> torch.Tensor:
+        """The K cluster models (fedclust evaluate --unseen: a new client estimates its cluster as IFCA's do)."""
+        return saved["server"]["models"]
+
     def aggregate(self, state: IfcaState, ctx: Context, view: RoundView):
         """Per-cluster mean of the participants' trained models; a client holds,
         and is evaluated with, the model of the cluster it chose."""

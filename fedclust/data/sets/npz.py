@@ -296,6 +296,36 @@ def read_test_clients(path: str, n: int, shape: tuple[int, ...], classes: int,
     return x, y, owner
 
 
+def read_new_clients(path: str, shape: tuple[int, ...], classes: int,
+                     key: str = "--data") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x, y, owner, ids)`` of a file of clients a run never saw (``fedclust evaluate --unseen``), in the natural
+    form's test arrays (``x_test``, ``y_test``, ``client_test``, any non-negative client ids): checked as
+    :func:`read_test_clients` checks them, ``owner`` each example's client as ``0..m-1`` in the order of ``ids``
+    (``[m]``, the file's ids sorted); each client must hold at least 2 examples (a half to choose, a half to
+    score); a DataError naming ``key`` and the file otherwise."""
+    arrays = (_read_pt(path) if path.endswith(".pt") else read_npz(path, TEST_ARRAYS, key))
+    missing = [k for k in TEST_ARRAYS if k not in arrays]
+    if missing:
+        raise _bad(path, f"no {', '.join(missing)} (it holds: {', '.join(sorted(arrays)) or 'none of them'})",
+                   "give the new clients' examples in the natural form: x_test, y_test and client_test (each "
+                   "example's client, any ids)", key)
+    x, y = check_split(path, "test", arrays["x_test"], arrays["y_test"], key)
+    raw = _ids(path, "client_test", arrays["client_test"], len(y), "test example's client", key)
+    if tuple(x.shape[1:]) != tuple(shape):
+        raise _bad(path, f"x_test's examples have shape {list(x.shape[1:])}, the run's model takes {list(shape)}",
+                   f"give examples of shape {list(shape)}", key)
+    if int(y.max()) >= classes:
+        i = int(torch.nonzero(y >= classes)[0])
+        raise _bad(path, f"y_test holds label {int(y[i])} at index {i}, outside the run's classes 0..{classes - 1}",
+                   "give labels of the run's classes", key)
+    ids, owner = torch.unique(raw, sorted=True, return_inverse=True)
+    few = ids[torch.bincount(owner, minlength=len(ids)) < 2]
+    if len(few):
+        raise _bad(path, f"clients {few.tolist()[:10]} hold fewer than 2 examples", "give each new client at least "
+                   "2 (the first half chooses its model, the rest scores it)", key)
+    return x, y, owner, ids
+
+
 def _stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Per-channel (dim 1 of [N, ch, H, W]) or overall mean and std of x_train, std 0 -> 1."""
     x = x.to(torch.float64)
