@@ -132,6 +132,9 @@ def theorem_1_breaks(cfg) -> list[tuple[str, str]]:
         out.append(("every client online", f"network.p_offline={p_offline:g}"))
     if _setting(cfg, "network", "availability", ""):
         out.append(("every client online", "network.availability"))
+    join = int(_setting(cfg, "network", "join_round", 0) or 0)
+    if join:   # the late joiners are offline from round 1 until then
+        out.append(("every client online", f"network.join_round={join}"))
     p_drop = float(_setting(cfg, "network", "p_drop", 0.0) or 0.0)
     if p_drop > 0:
         out.append(("every model delivered", f"network.p_drop={p_drop:g}"))

@@ -122,6 +122,13 @@ def test_before_its_round_a_joiner_does_nothing_and_at_it_starts_as_asked(tmp_pa
     assert torch.equal(joined[~late], seen["before_join"][~late])
 
 
+def test_theorem_1_is_not_drawn_with_late_joiners(tmp_path):
+    from fedclust.figures import theorem_1_breaks
+
+    assert theorem_1_breaks(_cfg(tmp_path, "panm_grad", *JOIN)) == [("every client online", "network.join_round=4")]
+    assert theorem_1_breaks(_cfg(tmp_path, "panm_grad")) == []
+
+
 def test_the_records_split_joiners_from_incumbents(tmp_path):
     cfg = _cfg(tmp_path, "random", *JOIN)
     runner.run(cfg, runner.prepare(cfg))
