@@ -148,6 +148,22 @@ def drift_summary(setup: Setup, history: list[dict]) -> dict:
     return {"drift": events}
 
 
+def join_summary(setup: Setup, history: list[dict]) -> dict:
+    """summary.json's ``join`` (late joiners, ``network.join_round``): the round, the joiners, how they started,
+    and over the evaluated rounds from the join on the mean of each record's joiner and incumbent accuracy and
+    neighbour precision (null where no such round, or no list); nothing without joiners."""
+    late, net = setup.network.joiners, setup.cfg.network
+    if late is None:
+        return {}
+    after = [r for r in history if r["round"] >= net.join_round]
+    out: dict = {"round": net.join_round, "joiners": int(late.sum()), "init": net.join_init}
+    for group in ("joiner", "incumbent"):
+        for what in ("accuracy", "neighbor_precision"):
+            values = [r[f"{group}_{what}"] for r in after if r.get(f"{group}_{what}") is not None]
+            out[f"{group}_{what}_after"] = float(np.mean(values)) if values else None
+    return {"join": out}
+
+
 def _extra_records(setup: Setup, extra_all: dict) -> dict:
     """The record's validation accuracies (data.validation) and the algorithm's own (CFL: best of lineage;
     null where it gives none)."""
@@ -300,6 +316,7 @@ def summarize(setup: Setup, history: list[dict], wall: float, process: float | N
         "starts": starts,
         "mean_round_seconds": float(np.mean([r["round_seconds"] for r in history])),
         **drift_summary(setup, history),
+        **join_summary(setup, history),
     }
 
 

@@ -143,9 +143,15 @@ def test_the_records_split_joiners_from_incumbents(tmp_path):
             assert r["joiner_accuracy"] == first["joiner_accuracy"] and r["joiner_neighbor_precision"] is None
         assert r["incumbent_neighbor_precision"] is not None
     assert records[-1]["joiner_neighbor_precision"] is not None
+    join = json.loads((tmp_path / "r" / "summary.json").read_text())["join"]
+    after = [r for r in records if r["round"] >= 4]
+    assert {k: join[k] for k in ("round", "joiners", "init")} == {"round": 4, "joiners": 2, "init": "initial"}
+    for key in ("joiner_accuracy", "incumbent_accuracy", "joiner_neighbor_precision", "incumbent_neighbor_precision"):
+        assert join[f"{key}_after"] == pytest.approx(np.mean([r[key] for r in after]))
     plain = _cfg(tmp_path / "plain", "random")
     runner.run(plain, runner.prepare(plain))
     assert not {k for k in _records(tmp_path / "plain" / "r")[0] if "joiner" in k or "incumbent" in k}
+    assert "join" not in json.loads((tmp_path / "plain" / "r" / "summary.json").read_text())
 
 
 @pytest.mark.parametrize("kill_after", [2, 5])
