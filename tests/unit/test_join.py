@@ -179,6 +179,21 @@ def test_a_run_killed_before_or_after_the_join_resumes_to_the_same_records(tmp_p
     assert _records(tmp_path / "cut" / "r") == _records(tmp_path / "whole" / "r")
 
 
+def _builtin_names() -> list[str]:
+    from fedclust.algorithms import registry
+
+    return sorted(registry.builtin_names())
+
+
+@pytest.mark.parametrize("name", _builtin_names())
+def test_every_method_runs_with_late_joiners(tmp_path, name):
+    cfg = _cfg(tmp_path, name, *JOIN, "network.join_init=peer", "network.p_offline=0.1", rounds=8)
+    summary = runner.run(cfg, runner.prepare(cfg))
+    records = _records(tmp_path / "r")
+    assert len(records) == 8 and all("joiner_accuracy" in r and "incumbent_accuracy" in r for r in records)
+    assert summary["join"]["joiners"] == 2 and summary["join"]["joiner_accuracy_after"] is not None
+
+
 # ---------------------------------------------------------------- refused
 
 
