@@ -56,14 +56,15 @@ def evaluate_round(setup: Setup, state, outcome) -> tuple[dict, np.ndarray | Non
     one of the lists' members, n·m of them, never an ``[n, n]`` table."""
     cfg, ctx, result, t = setup.cfg, setup.ctx, outcome.result, state.round
     data = setup.data
-    acc, loss = evaluate(state.flat, setup.layout, setup.arch, data.test_x, data.test_y, counts=data.test_counts)
+    models = reported_models(setup, state)   # the held models unless the algorithm reports others
+    acc, loss = evaluate(models, setup.layout, setup.arch, data.test_x, data.test_y, counts=data.test_counts)
     C = len(ctx.client_ids)
     lists = result.lists if result.lists is not None else PeerIndex.empty(C, setup.n, state.flat.device)
     precision, recall = neighbor_precision_recall(lists, ctx.clusters, ctx.client_ids)
     traffic = state.traffic
     extra = extra_accuracies(setup, state, acc)
     if cfg.data.validation > 0 and data.val_x is not None and data.val_y is not None:   # for model selection
-        extra["validation"] = evaluate(state.flat, setup.layout, setup.arch, data.val_x, data.val_y,
+        extra["validation"] = evaluate(models, setup.layout, setup.arch, data.val_x, data.val_y,
                                        counts=data.val_counts)[0].double()
     tests = (torch.full_like(acc, data.test_x.shape[1]) if data.test_counts is None else data.test_counts.to(acc))
     sizes = peer_counts(lists).double()
@@ -244,6 +245,19 @@ def honest_and_worst(acc: torch.Tensor, attackers: torch.Tensor | None, clusters
     return {"honest_accuracy": mean, "worst_cluster_accuracy": worst}
 
 
+def _score(setup: Setup):
+    """``score(models, x, y, counts)`` -> (accuracy, mean loss) ``[M]``, as the algorithms' evaluation hooks take it."""
+    def score(models, x, y, counts=None):
+        return evaluate(models, setup.layout, setup.arch, x, y, counts=counts)
+    return score
+
+
+def reported_models(setup: Setup, state) -> torch.Tensor:
+    """``[C, P]`` the models an evaluated round scores (:meth:`fedclust.algorithms.base.Algorithm.report_models`):
+    the held ones, ``state.flat``, unless the algorithm reports others."""
+    return setup.algo.report_models(state.algo_state, setup.ctx, setup.data, state.flat, _score(setup))
+
+
 def extra_accuracies(setup: Setup, state, accuracy: torch.Tensor) -> dict[str, torch.Tensor]:
     """The algorithm's own test accuracies of this rank's clients
     (:meth:`fedclust.algorithms.base.Algorithm.extra_accuracy`), float64
@@ -251,10 +265,7 @@ def extra_accuracies(setup: Setup, state, accuracy: torch.Tensor) -> dict[str, t
     if not setup.algo.extra_accuracies:
         return {}
 
-    def score(models, x, y, counts=None):
-        return evaluate(models, setup.layout, setup.arch, x, y, counts=counts)
-
-    got = setup.algo.extra_accuracy(state.algo_state, setup.ctx, setup.data, state.flat, accuracy, score)
+    got = setup.algo.extra_accuracy(state.algo_state, setup.ctx, setup.data, state.flat, accuracy, _score(setup))
     unknown = sorted(set(got) - set(setup.algo.extra_accuracies))
     if unknown:
         raise ValueError(f"{type(setup.algo).__name__}.extra_accuracy gave {unknown}, not declared in extra_accuracies")

@@ -388,8 +388,8 @@ class Algorithm:
     4. each round, on every process: :meth:`plan` (what each client trains
        from) -> the engine trains, and the round's one gather runs ->
        :meth:`aggregate` (what each client holds after the round);
-    5. when a round is evaluated: :meth:`extra_accuracy`; at a checkpoint:
-       :meth:`state_dict`.
+    5. when a round is evaluated: :meth:`report_models` (the models scored),
+       :meth:`extra_accuracy`; at a checkpoint: :meth:`state_dict`.
 
     An algorithm never touches the transport: every client's models come in
     the :class:`RoundView` (:meth:`RoundView.blocks`), a sum over processes
@@ -592,6 +592,15 @@ class Algorithm:
         [M]) of model m on x[m], y[m].  Every rank must give the same keys
         (their columns travel in the round's one gather).  Default: none."""
         return {}
+
+    def report_models(self, state: State, ctx: Context, data: Any, models: torch.Tensor,
+                      score: Callable) -> torch.Tensor:
+        """The models an evaluated round scores for this rank's clients (the record's accuracy and loss, the
+        validation accuracy, the accuracy given to :meth:`extra_accuracy`): ``[C, P]``.  ``models``, ``data`` and
+        ``score`` as :meth:`extra_accuracy` takes them.  Default: ``models``, what the clients hold; a method that
+        reports another model of its own (Facade's ``facade.report_head=lowest_test_loss``) returns it.  Training
+        goes on from the held models either way."""
+        return models
 
     def unseen_candidates(self, saved: dict, weights: torch.Tensor) -> torch.Tensor:
         """The models a client the run never saw may take (``fedclust evaluate --unseen``, FLUX's unseen-client

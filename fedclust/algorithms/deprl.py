@@ -15,6 +15,10 @@ Round t, for client i:
    (seed, round), as the Facade benchmark runs it); the head ``h_i`` stays
    as trained.
 
+With ``deprl.final_allreduce`` (default false), after the gossip of the last
+round every client online then takes the mean of their bodies, its head
+kept, as the Facade benchmark's DePRL ends.
+
 A client is evaluated with its body and its own head; its neighbour list is
 the round's graph neighbours; it has no cluster assignment.  Where fedclust
 departs from the reference code and why: docs/algorithms.md, "DePRL".
@@ -28,17 +32,30 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from fedclust.algorithms.base import Context, PeerAlgorithm, RoundPlan, RoundResult, RoundView, RunFacts
+from fedclust.algorithms.base import (
+    Context,
+    PeerAlgorithm,
+    RoundPlan,
+    RoundResult,
+    RoundView,
+    RunFacts,
+    keep_personal,
+)
 from fedclust.algorithms.heads import (
     check_degree,
     check_head,
     degree_option,
+    final_allreduce_option,
+    final_members,
     graph_neighbours,
+    group_sums,
     head_option,
     head_tensors,
+    received_with,
 )
 from fedclust.algorithms.registry import register
 from fedclust.peers import PeerIndex
@@ -55,6 +72,8 @@ class DeprlConfig:
     body_epochs: int = option(1, "epochs of the body a round after the head's, the head frozen (the reference's "
                                  "1), >= 1")
     degree: int = degree_option("the Facade benchmark")
+    final_allreduce: bool = final_allreduce_option(
+        "the bodies", "sacs-epfl/facade node/DPSGDWithPeerSamplerNIID.py 333-334, 581-627")
 
     def validate(self, cfg) -> None:
         at_least("deprl.head_epochs", self.head_epochs, 1, "the head trains at least one epoch a round")
@@ -72,6 +91,7 @@ class Deprl(PeerAlgorithm):
     body: tuple[str, ...]       # the others
     head_columns: tuple[tuple[int, int], ...]
     deprl: DeprlConfig = field(default_factory=DeprlConfig)
+    rounds: int = 0             # the run's last round (deprl.final_allreduce)
 
     name = "deprl"
     report_position = 17
@@ -85,7 +105,7 @@ class Deprl(PeerAlgorithm):
         picked = head_tensors("deprl.head", cfg.deprl.head, layout)
         return cls(head=tuple(layout.names[k] for k in picked),
                    body=tuple(name for k, name in enumerate(layout.names) if k not in picked),
-                   head_columns=layout.column_ranges(picked), deprl=cfg.deprl)
+                   head_columns=layout.column_ranges(picked), deprl=cfg.deprl, rounds=cfg.rounds)
 
     @classmethod
     def check_run(cls, cfg, facts: RunFacts) -> None:
@@ -100,8 +120,27 @@ class Deprl(PeerAlgorithm):
         """Every neighbour of the round's graph (step 2)."""
         return state, graph_neighbours(ctx, view.round, self.deprl.degree, "deprl")
 
-    def aggregate(self, state, ctx: Context, view: RoundView) -> tuple[None, RoundResult]:
-        """The gossip of the body; the head (and share.personal's tensors) as each client trained it."""
+    def aggregate(self, state, ctx: Context, view: RoundView) -> tuple[Any, RoundResult]:
+        """The gossip of the body; the head (and share.personal's tensors) as each client trained it; after the
+        last round with ``deprl.final_allreduce``, the final all-reduce of the bodies."""
         own = dataclasses.replace(ctx, personal=tuple(sorted(set(ctx.personal) | set(self.head_columns))))
-        return super().aggregate(state, own, view)
+        state, result = super().aggregate(state, own, view)
+        if self.deprl.final_allreduce and view.round == self.rounds:
+            result = final_body_mean(own, view.round, result)
+        return state, result
+
+
+def final_body_mean(ctx: Context, t: int, result: RoundResult) -> RoundResult:
+    """The final all-reduce after round ``t``: every member's (:func:`final_members`) model the mean of the
+    members' models, its ``ctx.personal`` columns (the head, share.personal's) kept; each member receives the
+    others' models.  Plain sums in client order: the same bits on any number of processes."""
+    members = final_members(ctx, t)
+    sums, counts = group_sums(ctx, result.models, torch.where(members, 0, -1), 1)
+    mine = members[ctx.client_ids.cpu()].to(result.models.device)
+    if not int(counts[0]):
+        return result
+    models = result.models.clone()
+    models[mine] = (sums[0] / float(counts[0])).to(models.dtype)
+    models = keep_personal(models, result.models, ctx.personal)
+    return received_with(dataclasses.replace(result, models=models), mine, int(counts[0]))
 

@@ -19,9 +19,13 @@ Round t, for client i (``H`` the head's columns, the core the others):
 ``N_i(t)`` is the round's graph (``network.graph``; on the complete graph a
 fresh random ``facade.degree``-regular graph from (seed, round), as the
 reference runs it).  A client is evaluated with ``core_i ∥ H_i[a_i]`` after
-the round; its cluster (ARI) is ``a_i``, its neighbour list the neighbours
-that trained the same head.  ``accuracy_oracle_head`` also reports the best
-of its heads on its test set, the reference code's (oracle) figure.  Where
+the round (``facade.report_head=lowest_test_loss``: with the head of lowest
+test loss, the reference code's report, an oracle); its cluster (ARI) is
+``a_i``, its neighbour list the neighbours that trained the same head.
+``accuracy_oracle_head`` also reports the best of its heads' test accuracies.
+With ``facade.final_allreduce``, after the last round every client online
+then takes the mean of their cores, and its heads the same merge as step 3
+with every such client as a neighbour, as the reference ends.  Where
 fedclust departs from the reference code: docs/algorithms.md, "Facade".
 
 Paper: S. Biswas, M. de Vos, A.-M. Kermarrec, R. Pires, R. Sharma, M. Vujasinovic, "Fair Decentralized Learning"
@@ -30,7 +34,9 @@ Paper: S. Biswas, M. de Vos, A.-M. Kermarrec, R. Pires, R. Sharma, M. Vujasinovi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -42,11 +48,16 @@ from fedclust.algorithms.heads import (
     check_degree,
     check_head,
     degree_option,
+    final_allreduce_option,
+    final_members,
     graph_neighbours,
+    group_sums,
     head_option,
     head_tensors,
+    received_with,
 )
 from fedclust.algorithms.registry import register
+from fedclust.errors import ConfigError
 from fedclust.network import delivered, within
 from fedclust.peers import PeerIndex
 from fedclust.schema import at_least, option
@@ -62,12 +73,22 @@ class FacadeConfig:
     warmup: int = option(10, "rounds of plain decentralized SGD of whole models first, every head a copy (the "
                              "reference's share_all_for, 10 on CIFAR-10), >= 0")
     degree: int = degree_option("the reference")
+    report_head: Literal["current", "lowest_test_loss"] = option(
+        "current", "the head a client is evaluated with: current (a_i, the head it chose and trained in the "
+        "round) or lowest_test_loss (the one of lowest test loss, the reference's report: an oracle)")
+    final_allreduce: bool = final_allreduce_option(
+        "the cores (and each head index with the copies of it sent)",
+        "sacs-epfl/facade node/DPSGDNodeIDCA.py 570-571, 947-1000")
 
     def validate(self, cfg) -> None:
         at_least("facade.heads", self.heads, 1, "the heads a client keeps, e.g. the clusters you expect")
         at_least("facade.warmup", self.warmup, 0, "rounds of plain decentralized SGD first (0: none)")
         check_head("facade", self.head)
         check_degree("facade", self.degree, cfg)
+        if self.report_head == "lowest_test_loss" and cfg.data.validation > 0:
+            raise ConfigError("facade.report_head", self.report_head,
+                              "picks the head by the test set, while data.validation keeps the models it holds: "
+                              "give facade.report_head=current with data.validation, or data.validation=0")
 
 
 def head_mask(columns: tuple[tuple[int, int], ...], P: int, device) -> torch.Tensor:
@@ -101,6 +122,7 @@ class Facade(PeerAlgorithm):
 
     columns: tuple[tuple[int, int], ...]   # the head's flat columns
     facade: FacadeConfig = field(default_factory=FacadeConfig)
+    rounds: int = 0   # the run's last round (facade.final_allreduce)
 
     name = "facade"
     report_position = 18
@@ -114,7 +136,8 @@ class Facade(PeerAlgorithm):
 
     @classmethod
     def from_config(cls, cfg, facts: RunFacts) -> "Facade":  # type: ignore[override]  # takes the run's facts
-        algo = cls(facts.layout.column_ranges(head_tensors("facade.head", cfg.facade.head, facts.layout)), cfg.facade)
+        algo = cls(facts.layout.column_ranges(head_tensors("facade.head", cfg.facade.head, facts.layout)), cfg.facade,
+                   cfg.rounds)
         algo.kept_numbers = cfg.facade.heads * algo._width()   # [C, k, H] heads, kept and made anew each round
         return algo
 
@@ -196,7 +219,49 @@ class Facade(PeerAlgorithm):
             heads[offline] = state.heads[offline]
             choice = torch.where(offline, state.choice, mine)
         result = chosen_model_result(models.contiguous(), neighbours, labels, mine)
+        if self.facade.final_allreduce and t == self.rounds:
+            return self._final_allreduce(ctx, t, FacadeState(heads=heads, choice=choice), labels, result)
         return FacadeState(heads=heads, choice=choice), result
+
+    def _final_allreduce(self, ctx: Context, t: int, state: FacadeState, labels: torch.Tensor,
+                         result: RoundResult) -> tuple[FacadeState, RoundResult]:
+        """After the last round, among the clients online then (the members): each member's core the members'
+        mean; in the warm-up every head a copy of the mean model's, else for each index j a member's ``H_i[j] ←
+        (H_i[j] + Σ_{l ≠ i member, a_l = j} H_l[j]) / (1 + their count)`` (``S_j / c_j`` where ``a_i = j``: its own
+        copy is one of the ``c_j`` sent), a head nobody sent unchanged.  A member receives the others' models."""
+        members = final_members(ctx, t)
+        mine = members[ctx.client_ids.cpu()].to(ctx.device)
+        count = int(members.sum())
+        if not count:
+            return state, result
+        models, heads = result.models.clone(), state.heads.clone()
+        core, _ = group_sums(ctx, models, torch.where(members, 0, -1), 1)
+        models[mine] = (core[0] / count).to(models.dtype)
+        if self.warm(t):
+            heads[mine] = self._head_of(models[mine])[:, None].to(heads.dtype)
+        else:
+            rows = torch.arange(len(mine), device=ctx.device)
+            groups = torch.where(members, labels.cpu(), -1)
+            sums, counts = group_sums(ctx, heads[rows, state.choice], groups, self.facade.heads)
+            for j in range(self.facade.heads):
+                c = int(counts[j])
+                if c:
+                    merged = torch.where((state.choice == j)[:, None], sums[j] / c, (heads[:, j] + sums[j]) / (1 + c))
+                    heads[:, j] = torch.where(mine[:, None], merged, heads[:, j])
+            models[mine] = self._models(models[mine], heads[rows, state.choice][mine], inplace=True)
+        return (FacadeState(heads=heads, choice=state.choice),
+                received_with(dataclasses.replace(result, models=models), mine, count))
+
+    def report_models(self, state: FacadeState, ctx: Context, data, models: torch.Tensor, score) -> torch.Tensor:
+        """``facade.report_head``: current, the held ``core_i ∥ H_i[a_i]``; lowest_test_loss, ``core_i ∥ H_i[b_i]``,
+        ``b_i`` the head of lowest mean test loss (the first of ties, as the reference's ``list.index(min)``)."""
+        if self.facade.report_head == "current":
+            return models
+        C = models.shape[0]
+        losses = torch.stack([score(self._models(models, state.heads[:, j]), data.test_x, data.test_y,
+                                    data.test_counts)[1][:C] for j in range(self.facade.heads)], dim=1)
+        best = torch.nan_to_num(losses, nan=float("inf")).argmin(dim=1).to(state.heads.device)
+        return self._models(models, state.heads[torch.arange(C, device=best.device), best])
 
     def extra_accuracy(self, state: FacadeState, ctx: Context, data, models: torch.Tensor, accuracy: torch.Tensor,
                        score) -> dict[str, torch.Tensor]:

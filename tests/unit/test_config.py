@@ -225,10 +225,13 @@ OUT_OF_RANGE = {
     "deprl.head_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.body_epochs": ("0", ["algorithm.name=deprl", "model=mlp"]),
     "deprl.degree": ("3", ["algorithm.name=deprl", "model=mlp", "clients=9"]),   # 9 x 3 is odd: no such graph
+    "deprl.final_allreduce": ("maybe", ["algorithm.name=deprl", "model=mlp"]),
     "facade.heads": ("0", ["algorithm.name=facade", "model=mlp"]),
     "facade.head": ("[fc9]", ["algorithm.name=facade", "model=mlp"]),
     "facade.warmup": ("-1", ["algorithm.name=facade", "model=mlp"]),
     "facade.degree": ("3", ["algorithm.name=facade", "model=mlp", "clients=9"]),   # 9 x 3 is odd: no such graph
+    "facade.report_head": ("best", ["algorithm.name=facade", "model=mlp"]),
+    "facade.final_allreduce": ("maybe", ["algorithm.name=facade", "model=mlp"]),
     "fedspd.clusters": ("0", ["algorithm.name=fedspd"]),
     "fedspd.first_epochs": ("0", ["algorithm.name=fedspd"]),
     "fedspd.finetune_epochs": ("0", ["algorithm.name=fedspd"]),

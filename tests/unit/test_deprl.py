@@ -2,9 +2,13 @@
 the head trained with the body frozen, then the body with the head frozen
 (the round's phases), the body averaged over the client and its graph
 neighbours (a fresh random regular graph each round on the complete graph,
-the given graph otherwise), the head kept, and its keys."""
+the given graph otherwise), the head kept, its keys, and the final all-reduce
+of the bodies (the plain mean by hand, on one and two in-process ranks)."""
 
 from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import networkx as nx
 import pytest
@@ -14,7 +18,7 @@ from fedclust.algorithms import registry
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.config import load_config, run_facts
 from fedclust.errors import ConfigError
-from fedclust.network import Network, graph_seed
+from fedclust.network import Delivery, Network, graph_seed
 from fedclust.peers import as_mask
 from fedclust.schema import NetworkConfig
 
@@ -86,3 +90,69 @@ def test_bad_keys_are_refused_naming_the_field(extra, field):
     with pytest.raises(ConfigError) as e:
         load_config(None, BASE + extra)
     assert e.value.field == field
+
+
+def on_ranks(n, bounds, call):
+    """``call(ids, all_reduce)`` on each in-process rank's clients (``bounds``: each rank's first), in threads whose
+    ``all_reduce`` sums every rank's tensor in rank order at a barrier; the results in rank order."""
+    barrier, slots, edges = threading.Barrier(len(bounds)), [None] * len(bounds), [*bounds, n]
+
+    def reducer(rank):
+        def reduce(x):
+            slots[rank] = x.clone()
+            barrier.wait()
+            total = slots[0].clone()
+            for other in slots[1:]:
+                total += other
+            barrier.wait()
+            return x.copy_(total)
+        return reduce
+
+    with ThreadPoolExecutor(len(bounds)) as pool:
+        jobs = [pool.submit(call, torch.arange(edges[r], edges[r + 1]), reducer(r)) for r in range(len(bounds))]
+        return [j.result() for j in jobs]
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_the_final_all_reduce_is_the_plain_mean_of_the_bodies_on_one_and_two_ranks(offline):
+    n, seed, t = 10, 3, 4
+    _, plain = build(["network.graph=regular", "network.degree=3", "rounds=4"])
+    _, final = build(["network.graph=regular", "network.degree=3", "rounds=4", "deprl.final_allreduce=true"])
+    assert final.rounds == 4
+    net = Network(NetworkConfig(graph="regular", degree=3), n, seed)
+    P = final.head_columns[-1][1]
+    head = torch.zeros(P, dtype=torch.bool)
+    for a, b in final.head_columns:
+        head[a:b] = True
+    after = torch.randn(n, P, generator=torch.Generator().manual_seed(0))
+    online = torch.arange(n) % 3 != 2 if offline else torch.ones(n, dtype=torch.bool)
+
+    def call(algo, ids, all_reduce):
+        c = ctx(n, ids, P, graph=net.graph, seed=seed)
+        c.all_reduce, c.online = all_reduce, (lambda r: online) if offline else (lambda r: None)
+        if offline:
+            c.delivery = lambda r: Delivery(seed, r, online, 0.0, ids)
+        lo, hi = int(ids[0]), int(ids[-1]) + 1
+        return algo.aggregate(None, c, RoundView(round=t, before=None, after=after[lo:hi], all_after=after))[1]
+
+    (gossip,) = on_ranks(n, [0], lambda ids, red: call(plain, ids, red))
+    (result,) = on_ranks(n, [0], lambda ids, red: call(final, ids, red))
+    mean = gossip.models[online][:, ~head].mean(0)   # the bodies after the last round's gossip, by hand
+    for i in range(n):
+        if online[i]:
+            assert torch.allclose(result.models[i, ~head], mean, atol=1e-6)
+            assert torch.equal(result.models[i, head], after[i, head])   # the head as trained
+        else:
+            assert torch.equal(result.models[i], gossip.models[i])
+    assert torch.equal(result.received, gossip.received + torch.where(online, int(online.sum()) - 1, 0))
+    two = on_ranks(n, [0, 4], lambda ids, red: call(final, ids, red))
+    assert torch.equal(torch.cat([r.models for r in two]), result.models)
+    _, early = build(["network.graph=regular", "network.degree=3", "rounds=5", "deprl.final_allreduce=true"])
+    (before_last,) = on_ranks(n, [0], lambda ids, red: call(early, ids, red))
+    assert torch.equal(before_last.models, gossip.models)
+
+
+def test_the_final_all_reduce_key_refuses_a_non_boolean():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, BASE + ["deprl.final_allreduce=maybe"])
+    assert e.value.field == "deprl.final_allreduce" and e.value.fix
