@@ -152,7 +152,8 @@ def drift_summary(setup: Setup, history: list[dict]) -> dict:
 def join_summary(setup: Setup, history: list[dict]) -> dict:
     """summary.json's ``join`` (late joiners, ``network.join_round``): the round, the joiners, how they started,
     and over the evaluated rounds from the join on the mean of each record's joiner and incumbent accuracy and
-    neighbour precision (null where no such round, or no list); nothing without joiners."""
+    neighbour precision (null where no such round, or no list), and ``catch_up_rounds``; nothing without
+    joiners."""
     late, net = setup.network.joiners, setup.cfg.network
     if late is None:
         return {}
@@ -162,6 +163,9 @@ def join_summary(setup: Setup, history: list[dict]) -> dict:
         for what in ("accuracy", "neighbor_precision"):
             values = [r[f"{group}_{what}"] for r in after if r.get(f"{group}_{what}") is not None]
             out[f"{group}_{what}_after"] = float(np.mean(values)) if values else None
+    # SPEC-dynamics §4: rounds until the joiners' mean accuracy is within 1 point of the incumbents' (null: never)
+    caught = [r["round"] for r in after if r["joiner_accuracy"] >= r["incumbent_accuracy"] - 1.0]
+    out["catch_up_rounds"] = caught[0] - net.join_round if caught else None
     return {"join": out}
 
 
