@@ -148,6 +148,8 @@ def test_the_records_split_joiners_from_incumbents(tmp_path):
     assert {k: join[k] for k in ("round", "joiners", "init")} == {"round": 4, "joiners": 2, "init": "initial"}
     for key in ("joiner_accuracy", "incumbent_accuracy", "joiner_neighbor_precision", "incumbent_neighbor_precision"):
         assert join[f"{key}_after"] == pytest.approx(np.mean([r[key] for r in after]))
+    caught = [r["round"] - 4 for r in after if r["joiner_accuracy"] >= r["incumbent_accuracy"] - 1]
+    assert join["catch_up_rounds"] == (caught[0] if caught else None)
     plain = _cfg(tmp_path / "plain", "random")
     runner.run(plain, runner.prepare(plain))
     assert not {k for k in _records(tmp_path / "plain" / "r")[0] if "joiner" in k or "incumbent" in k}
