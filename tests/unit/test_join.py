@@ -86,7 +86,10 @@ def _watch(monkeypatch):
 
 @pytest.mark.parametrize("name,extra", [("random", []), ("panm_grad", ["network.join_init=peer"]),
                                         ("fedavg", []), ("ifca", ["network.p_offline=0.2", "ifca.restarts=1"]),
-                                        ("random", ["train.init=per_client"])])
+                                        ("random", ["train.init=per_client"]), ("dac", []), ("cobo", []),
+                                        ("dpfl", []), ("epidemic", []), ("deprl", []), ("dfca", []),
+                                        ("facade", ["network.join_init=peer"]), ("fedspd", []), ("cfl", []),
+                                        ("fpfc", []), ("pens", []), ("oracle", [])])
 def test_before_its_round_a_joiner_does_nothing_and_at_it_starts_as_asked(tmp_path, monkeypatch, name, extra):
     seen = _watch(monkeypatch)
     cfg = _cfg(tmp_path, name, *JOIN, *extra)
