@@ -21,6 +21,7 @@ from fedclust.config import load_config
 from fedclust.errors import ConfigError
 from fedclust.network import Join, join_peers, joiners
 from fedclust.peers import as_indices
+from fedclust.report import read_curve
 from fedclust.runmodel import run_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
@@ -153,6 +154,8 @@ def test_the_records_split_joiners_from_incumbents(tmp_path):
         assert join[f"{key}_after"] == pytest.approx(np.mean([r[key] for r in after]))
     caught = [r["round"] - 4 for r in after if r["joiner_accuracy"] >= r["incumbent_accuracy"] - 1]
     assert join["catch_up_rounds"] == (caught[0] if caught else None)
+    for key in ("joiner_accuracy", "incumbent_accuracy"):
+        assert read_curve({"_dir": str(tmp_path / "r")}, metric=key) == {r["round"]: r[key] for r in records}
     plain = _cfg(tmp_path / "plain", "random")
     runner.run(plain, runner.prepare(plain))
     assert not {k for k in _records(tmp_path / "plain" / "r")[0] if "joiner" in k or "incumbent" in k}
