@@ -205,8 +205,9 @@ def load_run(d) -> dict:
                          layout=layout_text(data), options=options_text(options) or None)
     algorithm = str((cfg.get("algorithm") or {}).get("name", s.get("algorithm")) or "")
     s["_stage1_rounds"] = figures.stage_one_rounds(algorithm, whole("stage1_rounds"))
-    if s["_full"] is None:   # a run from before summary.json recorded its setting: the same rule on config.yaml
-        s["_full"] = run_setting(cfg, _recorded_inputs(s))
+    # A run from before summary.json recorded its setting: the same rule on config.yaml.  One recorded before a
+    # key existed reads that key as config.yaml gives it (as runs behaved without it): never a difference alone.
+    s["_full"] = {**run_setting(cfg, _recorded_inputs(s)), **(s["_full"] or {})}
     return s
 
 

@@ -106,3 +106,22 @@ def test_the_setting_names_a_file_by_its_hash_and_drops_what_the_method_does_not
     assert "network.graph" in got and "attack.fraction" in got and "seed" not in got and "out" not in got
 
 
+
+
+def test_a_run_recorded_before_a_key_existed_shares_the_cell_of_a_run_at_that_keys_default(tmp_path):
+    """summary.json's setting of a run from before data.drift_round (say) lacks the key: it reads as config.yaml
+    gives it (absent: its default, as runs behaved), so the run is averaged with a new run at that default, and
+    kept apart from one that sets it otherwise."""
+    runs = []
+    for seed, (drop, drift) in enumerate([(True, 0), (False, 0), (False, 3)]):
+        s = summary("random", seed, 80.0 + seed)
+        config = with_keys(config_of(s), data__drift_round=drift) if drift else config_of(s)
+        setting = run_setting(config)
+        assert setting["data.drift_round"] == drift   # by hand: absent from config.yaml, the key's default 0
+        if drop:
+            setting = {k: v for k, v in setting.items() if not k.startswith("data.drift")}
+        runs.append(write_run(tmp_path, f"r{seed}", dict(s, setting=setting), config=config))
+    res = report.Results(report.load_runs(runs))
+    assert len(res.settings) == 2
+    cells = sorted(res.cell("random", k, "final_accuracy")[2] for k in res.settings)
+    assert cells == [1, 2]
