@@ -389,14 +389,17 @@ def table(args) -> None:
     def fmt(v):
         return "—" if v[0] is None else f"{v[0]:.2f} ({v[1]})"
 
-    print("| method | reference (seeds) | reference after its final all-reduce | fedclust (seeds) | gap | "
+    print("| method | reference (seeds) | reference after its final all-reduce | fedclust (seeds) | gap (seeds) | "
           "clusters, reference | clusters, fedclust |")
     print("|---|---|---|---|---|---|---|")
     for m in METHODS + list(EXTRA):
         refm = EXTRA[m][0] if m in EXTRA else m
         ref, fed = mean("reference", refm), mean("fedclust", m)
         after = mean("reference", refm, "accuracy_after_all_reduce")
-        gap = "—" if ref[0] is None or fed[0] is None else f"{fed[0] - ref[0]:+.2f}"
+        pr, pf = rows.get(refm, {}).get("reference", {}), rows.get(m, {}).get("fedclust", {})
+        both = [seed for seed in pr if seed in pf]   # the gap over the seeds both sides ran
+        gap = "—" if not both else (f"{np.mean([pf[x]['accuracy'] - pr[x]['accuracy'] for x in both]):+.2f} "
+                                    f"({len(both)})")
         rc = []
         for key, label in (("same_cluster_share_last20", "same-cluster share of pulls, last 20 rounds"),
                            ("ari_trained_head", "ARI of trained head"), ("ari_reported_head", "ARI of reported head")):
@@ -412,6 +415,20 @@ def table(args) -> None:
                 fc.append(f"{label} {v[0]:.2f}")
         print(f"| {m} | {fmt(ref)} | {fmt(after)} | {fmt(fed)} | {gap} | {'; '.join(rc) or '—'} | "
               f"{'; '.join(fc) or '—'} |")
+    print("\nEach seed, reference / fedclust (the reference after its final all-reduce in brackets):\n")
+    print("| method | " + " | ".join(f"seed {seed}" for seed in seeds) + " |")
+    print("|---|" + "---|" * len(seeds))
+    for m in METHODS + list(EXTRA):
+        refm = EXTRA[m][0] if m in EXTRA else m
+        cells = []
+        for seed in seeds:
+            r = rows.get(refm, {}).get("reference", {}).get(seed, {})
+            f = rows.get(m, {}).get("fedclust", {}).get(seed, {})
+            ref_txt = f"{r['accuracy']:.2f}" if r else "—"
+            if r.get("accuracy_after_all_reduce") is not None:
+                ref_txt += f" ({r['accuracy_after_all_reduce']:.2f})"
+            cells.append(f"{ref_txt} / {f['accuracy']:.2f}" if f else f"{ref_txt} / —")
+        print(f"| {m} | " + " | ".join(cells) + " |")
     print(f"\n(JSON: {out})")
 
 
