@@ -264,31 +264,43 @@ def check_split(path: str, split: str, x: np.ndarray, y: np.ndarray,
 TEST_ARRAYS = ("x_test", "y_test", "client_test")
 
 
+def _test_arrays(path: str, shape: tuple[int, ...], key: str, whose: str) -> tuple[torch.Tensor, ...]:
+    """``(x, y, client ids as given)`` of a natural-form file of test examples, with the training file's checks
+    (:func:`read_npz`, :func:`check_split`, :func:`_ids`) and the run's example ``shape``; ``whose``: what the
+    file's ``client_test`` gives, for the message."""
+    arrays = (_read_pt(path) if path.endswith(".pt") else read_npz(path, TEST_ARRAYS, key))
+    missing = [k for k in TEST_ARRAYS if k not in arrays]
+    if missing:
+        raise _bad(path, f"no {', '.join(missing)} (it holds: {', '.join(sorted(arrays)) or 'none of them'})",
+                   f"give {whose}", key)
+    x, y = check_split(path, "test", arrays["x_test"], arrays["y_test"], key)
+    owner = _ids(path, "client_test", arrays["client_test"], len(y), "test example's client", key)
+    if tuple(x.shape[1:]) != tuple(shape):
+        raise _bad(path, f"x_test's examples have shape {list(x.shape[1:])}, the run's model takes {list(shape)}",
+                   f"give examples of shape {list(shape)}", key)
+    return x, y, owner
+
+
+def _labels_within(path: str, y: torch.Tensor, classes: int, key: str) -> None:
+    if int(y.max()) >= classes:
+        i = int(torch.nonzero(y >= classes)[0])
+        raise _bad(path, f"y_test holds label {int(y[i])} at index {i}, outside the run's classes 0..{classes - 1}",
+                   "give labels of the run's classes", key)
+
+
 def read_test_clients(path: str, n: int, shape: tuple[int, ...], classes: int,
                       key: str = "--data") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(x, y, owner)`` of a file of new test examples in the natural form (``x_test``, ``y_test``,
     ``client_test``) for a run of ``n`` clients whose model takes ``shape`` and ``classes``: only those arrays read,
     with the training file's checks (:func:`read_npz`, :func:`check_split`, :func:`_ids`) and every client of the
     run holding at least one example; a DataError naming ``key`` and the file otherwise."""
-    arrays = (_read_pt(path) if path.endswith(".pt") else read_npz(path, TEST_ARRAYS, key))
-    missing = [k for k in TEST_ARRAYS if k not in arrays]
-    if missing:
-        raise _bad(path, f"no {', '.join(missing)} (it holds: {', '.join(sorted(arrays)) or 'none of them'})",
-                   "give a file of test examples in the natural form: x_test, y_test and client_test (the run's "
-                   "client id of every example)", key)
-    x, y = check_split(path, "test", arrays["x_test"], arrays["y_test"], key)
-    owner = _ids(path, "client_test", arrays["client_test"], len(y), "test example's client", key)
-    if tuple(x.shape[1:]) != tuple(shape):
-        raise _bad(path, f"x_test's examples have shape {list(x.shape[1:])}, the run's model takes {list(shape)}",
-                   f"give examples of shape {list(shape)}", key)
+    x, y, owner = _test_arrays(path, shape, key, "a file of test examples in the natural form: x_test, y_test and "
+                               "client_test (the run's client id of every example)")
     if int(owner.max()) >= n:
         i = int(torch.nonzero(owner >= n)[0])
         raise _bad(path, f"client_test holds client {int(owner[i])} at index {i}, outside the run's clients "
                    f"0..{n - 1}", "give the run's client ids", key)
-    if int(y.max()) >= classes:
-        i = int(torch.nonzero(y >= classes)[0])
-        raise _bad(path, f"y_test holds label {int(y[i])} at index {i}, outside the run's classes 0..{classes - 1}",
-                   "give labels of the run's classes", key)
+    _labels_within(path, y, classes, key)
     count = torch.bincount(owner, minlength=n)
     if bool((count == 0).any()):
         raise _bad(path, f"clients {(count == 0).nonzero().flatten().tolist()[:10]} have no test example",
@@ -303,21 +315,9 @@ def read_new_clients(path: str, shape: tuple[int, ...], classes: int,
     :func:`read_test_clients` checks them, ``owner`` each example's client as ``0..m-1`` in the order of ``ids``
     (``[m]``, the file's ids sorted); each client must hold at least 2 examples (a half to choose, a half to
     score); a DataError naming ``key`` and the file otherwise."""
-    arrays = (_read_pt(path) if path.endswith(".pt") else read_npz(path, TEST_ARRAYS, key))
-    missing = [k for k in TEST_ARRAYS if k not in arrays]
-    if missing:
-        raise _bad(path, f"no {', '.join(missing)} (it holds: {', '.join(sorted(arrays)) or 'none of them'})",
-                   "give the new clients' examples in the natural form: x_test, y_test and client_test (each "
-                   "example's client, any ids)", key)
-    x, y = check_split(path, "test", arrays["x_test"], arrays["y_test"], key)
-    raw = _ids(path, "client_test", arrays["client_test"], len(y), "test example's client", key)
-    if tuple(x.shape[1:]) != tuple(shape):
-        raise _bad(path, f"x_test's examples have shape {list(x.shape[1:])}, the run's model takes {list(shape)}",
-                   f"give examples of shape {list(shape)}", key)
-    if int(y.max()) >= classes:
-        i = int(torch.nonzero(y >= classes)[0])
-        raise _bad(path, f"y_test holds label {int(y[i])} at index {i}, outside the run's classes 0..{classes - 1}",
-                   "give labels of the run's classes", key)
+    x, y, raw = _test_arrays(path, shape, key, "the new clients' examples in the natural form: x_test, y_test and "
+                             "client_test (each example's client, any ids)")
+    _labels_within(path, y, classes, key)
     ids, owner = torch.unique(raw, sorted=True, return_inverse=True)
     few = ids[torch.bincount(owner, minlength=len(ids)) < 2]
     if len(few):
