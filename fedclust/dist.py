@@ -54,30 +54,44 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def import_fabric():
+def import_fabric() -> tuple[Any, Any]:
     """(Fabric, DDPStrategy), imported when a run starts, not when a config is
-    checked.  Lightning's version probe imports torchmetrics (3-4 s with the
-    torchvision and torch._dynamo it pulls in) only to set a flag for a
-    callback fedclust never uses, so torchmetrics is hidden for the length of
-    this import when nothing has imported it yet; later imports of it work."""
-    import sys
+    checked.  Two of Lightning's imports are skipped for this import only,
+    when nothing has imported them yet (later imports of either work):
+    its version probe imports torchmetrics (3-4 s with the torchvision it
+    pulls in) only to set a flag for a callback fedclust never uses; its
+    wrappers import torch._dynamo (2.1 s a process: the tracer, sympy) only
+    for ``OptimizedModule``, to unwrap compiled modules handed to
+    ``Fabric.setup``, which fedclust never calls.  Each rank of a
+    multi-process run pays this import."""
+    import types
 
-    hide = "torchmetrics" not in sys.modules
-    if hide:
-        sys.modules["torchmetrics"] = None        # makes the probe's import fail at once
+    hidden: dict[str, Any] = {}
+    if "torchmetrics" not in sys.modules:
+        hidden["torchmetrics"] = None
+    if "torch._dynamo" not in sys.modules:
+        stand_in = types.ModuleType("torch._dynamo", "fedclust's stand-in while Lightning Fabric is imported")
+
+        class OptimizedModule(torch.nn.Module):       # what no module of a fedclust run is
+            pass
+
+        setattr(stand_in, "OptimizedModule", OptimizedModule)
+        hidden["torch._dynamo"] = stand_in
+    sys.modules.update(hidden)   # None: the import fails at once
     try:
         from lightning_fabric import Fabric
         from lightning_fabric.strategies import DDPStrategy
     finally:
-        if hide and sys.modules.get("torchmetrics", 0) is None:
-            del sys.modules["torchmetrics"]
+        for name, module in hidden.items():
+            if sys.modules.get(name, 0) is module:
+                del sys.modules[name]
     return Fabric, DDPStrategy
 
 
 class OneProcess:
     """What the round loop asks of Fabric when the run is one process: rank 0
     of 1 on its device.  One process has no process group to set up, so it
-    does not pay Fabric's imports (about 2.5 s, mostly torch._dynamo)."""
+    does not pay for importing Fabric."""
 
     world_size, global_rank = 1, 0
 

@@ -1,6 +1,6 @@
 """The distributed edge's start: one process gets no Fabric (no process
 group, none of Fabric's imports); several get Fabric, imported without the
-torchmetrics its version probe would pull in."""
+torchmetrics its version probe would pull in nor the torch._dynamo its wrappers would."""
 
 import subprocess
 import sys
@@ -40,10 +40,13 @@ try:
     print("torchmetrics importable:", torchmetrics.__name__)
 except ModuleNotFoundError as e:
     print("torchmetrics importable:", "not installed" if e.name == "torchmetrics" else repr(e))
+print("torch._dynamo imported:", "torch._dynamo" in sys.modules, "sympy" in sys.modules)
+import torch._dynamo  # the real one, once something asks for it
+print("then:", torch._dynamo.OptimizedModule.__module__)
 """
 
 
-def test_fabric_is_imported_only_for_several_processes_and_without_torchmetrics():
+def test_fabric_is_imported_only_for_several_processes_and_without_torchmetrics_or_dynamo():
     env = {k: v for k, v in __import__("os").environ.items() if k not in LAUNCHER_VARS}
     out = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, env=env,
                          timeout=120)
@@ -52,3 +55,5 @@ def test_fabric_is_imported_only_for_several_processes_and_without_torchmetrics(
     assert lines[0] == "after one-process start: False"
     assert lines[1] == "after import_fabric: lightning_fabric False absent"   # hidden during the import, then unhidden
     assert lines[2] in ("torchmetrics importable: torchmetrics", "torchmetrics importable: not installed")
+    assert lines[3] == "torch._dynamo imported: False False"
+    assert lines[4] == "then: torch._dynamo.eval_frame"   # the real module, not the stand-in
