@@ -66,7 +66,7 @@ def slurm_env():
 
 @pytest.fixture(scope="session")
 def one_and_two(tmp_path_factory):
-    """Every run of run_files.one_and_two_runs() on 1 and on 2 processes, in one job each (tests/run_many.py): ``{1:
+    """The runs of run_files.one_and_two_runs() on 1 and on 2 processes, in one job each (tests/run_many.py): ``{1:
     folder, 2: folder, "stderr": {1: ..., 2: ...}, "stdout": {1: ..., 2: ...}}``, each run's directory under its key
     in the folder. Tests that read it carry ``@pytest.mark.xdist_group("one_and_two")``: one worker launches the two
     jobs."""
@@ -79,9 +79,9 @@ def one_and_two(tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     got: dict = {"stderr": {}, "stdout": {}}
     (root / "inputs").mkdir()
-    runs = one_and_two_runs(root / "inputs")
     for nproc in (1, 2):
         got[nproc] = root / f"p{nproc}"
+        runs = one_and_two_runs(root / "inputs", nproc)
         proc = launch_many(nproc, [[*args, f"out={got[nproc] / key}"] for key, args in runs.items()],
                            root / f"runs{nproc}.json", env)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -95,21 +95,24 @@ def killed_on_two(tmp_path_factory):
     2-process job for all: tests/run_many.py --kill-after), then continued on 2 processes (one job for all) and,
     from a copy, on 1 (2 -> 1: rows re-sharded; one job for all), with the uninterrupted runs to compare with where
     no golden files were recorded on a machine like this one: the folder holding killed/<name>,
-    killed_to_one/<name>, whole/<name> and whole_one/<name>; and FPFC's head fusion
+    killed_to_one/<name>, whole/<name> and whole_one/<name>; FPFC's head fusion
     (tests/integration/test_fpfc_state_runs.py) as killed/fpfc_head, killed_to_one/fpfc_head, with its uninterrupted
-    runs head/whole (2 processes) and head/one (1). Tests that read it (tests/integration/test_resume.py,
-    test_fpfc_state_runs.py) carry ``@pytest.mark.xdist_group("killed_on_two")``."""
+    runs head/whole (2 processes) and head/one (1); PANMGrad exchanging in column blocks
+    (tests/integration/test_exchange_runs.py) as killed/exchange_panm_grad, killed_to_one/exchange_panm_grad, with
+    its uninterrupted run exchange/one (1 process). Tests that read it (tests/integration/test_resume.py,
+    test_fpfc_state_runs.py, test_exchange_runs.py) carry ``@pytest.mark.xdist_group("killed_on_two")``."""
     import shutil
 
     from batch import killed_many, launch_many
-    from run_files import RESUMED_ON_TWO, golden_here
+    from run_files import EXCHANGE_BUDGET, RESUMED_ON_TWO, golden_here
     from test_fpfc_state import HEAD
     from test_resume import KILL_AFTER, PAUSE_PLUGIN, assert_killed, env, overrides
 
     root = tmp_path_factory.mktemp("killed_on_two")
     # tests/integration/test_fpfc_state_runs.py's head fusion too: killed, resumed on 2 and on 1, and run whole
-    # on 2 and on 1 (head/whole, head/one) in the same jobs
-    killed = {name: (name, ()) for name in RESUMED_ON_TWO} | {"fpfc_head": ("fpfc", tuple(HEAD))}
+    # on 2 and on 1 (head/whole, head/one) in the same jobs; test_exchange_runs.py's PANMGrad in column blocks
+    killed = {name: (name, ()) for name in RESUMED_ON_TWO} | {"fpfc_head": ("fpfc", tuple(HEAD)),
+                                                             "exchange_panm_grad": ("panm_grad", (EXCHANGE_BUDGET,))}
     runs = [overrides(name, root / "killed" / key, *extra, f"plugins=[{PAUSE_PLUGIN}]")
             for key, (name, extra) in killed.items()]
     proc = killed_many(runs, KILL_AFTER, root / "killed.json", env(), nproc=2)   # one 2-process job kills them all
@@ -120,7 +123,8 @@ def killed_on_two(tmp_path_factory):
     jobs = {2: [overrides(name, root / "killed" / key, *extra) for key, (name, extra) in killed.items()]
             + [overrides("fpfc", root / "head" / "whole", *HEAD)],
             1: [overrides(name, root / "killed_to_one" / key, *extra) for key, (name, extra) in killed.items()]
-            + [overrides("fpfc", root / "head" / "one", *HEAD)]}
+            + [overrides("fpfc", root / "head" / "one", *HEAD),
+               overrides("panm_grad", root / "exchange" / "one", EXCHANGE_BUDGET)]}
     if not golden_here():
         jobs[2] += [overrides(name, root / "whole" / name) for name in RESUMED_ON_TWO]
         jobs[1] += [overrides(name, root / "whole_one" / name) for name in RESUMED_ON_TWO]

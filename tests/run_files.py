@@ -59,6 +59,7 @@ FAULT_RUNS = [
 ]
 FAULTED_ON_TWO = tuple(name for name, _ in FAULT_RUNS)
 EXCHANGE_RUNS = ("panm_grad", "fedavg", "ifca")   # random: with blocks under faults, above
+EXCHANGE_BUDGET = "exchange_mb=0.1"   # 8 synthetic-MLP clients (54,410 weights): dozens of blocks a pass
 
 
 # The SIMD features of the CPU that pick torch's, MKL's and oneDNN's kernels: two CPUs with the same ATen capability
@@ -138,11 +139,17 @@ def image_pool(path: Path) -> str:
     return str(path)
 
 
-def one_and_two_runs(inputs: Path) -> dict[str, list[str]]:
-    """Runs that tests compare on 1 and 2 processes, by a key naming the test that reads it: all of them run in
-    one 1-process and one 2-process job (conftest.py's ``one_and_two``), one after the other (tests/run_many.py),
-    instead of two jobs each.  Each entry is ``fedclust run``'s arguments but ``out=``; data files they read are
-    written to the folder ``inputs``."""
+# Runs of one_and_two_runs() that a test reads on one process count only (their key's first part): the golden
+# configs' 2-process runs are compared with the golden files, which are the 1-process runs (tests/unit/test_golden.py
+# runs them); the runs without exchange blocks are the 1-process reference of the runs with them.
+ONLY_ON = {"golden": 2, "exchange_whole": 1}
+
+
+def one_and_two_runs(inputs: Path, nproc: int) -> dict[str, list[str]]:
+    """Runs that tests compare on 1 and 2 processes, by a key naming the test that reads it, those of them that run
+    on ``nproc`` processes (:data:`ONLY_ON`): all of them run in one 1-process and one 2-process job (conftest.py's
+    ``one_and_two``), one after the other (tests/run_many.py), instead of two jobs each.  Each entry is
+    ``fedclust run``'s arguments but ``out=``; data files they read are written to the folder ``inputs``."""
     import sys
 
     sys.path.insert(0, str(GOLDEN))
@@ -193,6 +200,6 @@ def one_and_two_runs(inputs: Path) -> dict[str, list[str]]:
     for name in EXCHANGE_RUNS:
         extra = ["participation=0.5"] if name in ("fedavg", "ifca") else []
         common = [*GOLDEN_OVERRIDES, f"algorithm.name={name}", "checkpoint_every=2"]
-        runs[f"exchange/{name}"] = [*common, "exchange_mb=0.1", *extra]
+        runs[f"exchange/{name}"] = [*common, EXCHANGE_BUDGET, *extra]
         runs[f"exchange_whole/{name}"] = [*common, *extra]
-    return runs
+    return {key: args for key, args in runs.items() if ONLY_ON.get(key.split("/")[0], nproc) == nproc}
