@@ -35,7 +35,9 @@ def import_target(target: str, field: str, fix: str) -> ModuleType:
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:
-        module_spec.loader.exec_module(module)
+        # compiled from the file's text at each import, never from a .pyc cached beside it (an edit within the
+        # same second that keeps the size would be missed), and writing none into the user's folder
+        exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), module.__dict__)
     except Exception:
         del sys.modules[name]
         raise

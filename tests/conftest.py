@@ -8,6 +8,10 @@ import pytest
 # that takes every core in each of them spends its time contending (the unit tests on 2 cores with 3 workers took
 # twice as long).  Numbers do not depend on it: golden and multi-process runs fix their threads themselves.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Python's bytecode cache on, where the environment turns it off (PYTHONDONTWRITEBYTECODE): otherwise each of the
+# suite's ~200 launched runs, Slurm tasks and ranks compiles fedclust's modules afresh (0.2 s of CPU each).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # Two tiers, one folder each: tests/unit (fast, in-process: `pytest tests/unit`) and tests/integration (whole runs,
 # launched processes, Slurm jobs; marked "integration" here, so `-m "not integration"` leaves them out too).

@@ -11,6 +11,13 @@ import pytest
 from fedclust import figures
 
 
+@pytest.fixture(autouse=True)
+def screen_dpi(monkeypatch):
+    """Files at 60 dpi instead of print's 300: these tests read the Figures' artists, not the files' pixels, and
+    rasterising at 300 dpi took most of their time."""
+    monkeypatch.setattr(figures, "DPI", 60)
+
+
 def cfg_of(name="panm_grad", clients=8, clusters=2, k=1, l=2, rounds=4, stage1_rounds=2, attack=0.0, **network):
     """A hand-made config of the keys the figures read; ``network``: network.* keys other than the defaults."""
     net = {"graph": "complete", "p_offline": 0.0, "availability": "", "p_drop": 0.0, **network}

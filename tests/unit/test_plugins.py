@@ -207,3 +207,20 @@ def test_nothing_in_the_product_imports_the_tools():
             continue
         for target, _ in _imports(ROOT / rel):
             assert not _in(target, TOOLS), f"{module} imports {target}, a tool above the product"
+
+
+def test_a_file_is_read_afresh_in_each_process_and_leaves_no_bytecode_beside_it(tmp_path):
+    """An edit that keeps the file's size and modification second (what a .pyc's check compares) is seen by the
+    next process: a named file is compiled from its text, never from a cached .pyc, and none is written."""
+    path = tmp_path / "mine.py"
+    read = ("import sys; sys.dont_write_bytecode = False\nfrom fedclust.importing import import_target\n"
+            f"print(import_target({str(path)!r}, 'plugins', 'fix').VALUE)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    seen = []
+    for value in (1, 2):
+        path.write_text(f"VALUE = {value}\n")
+        os.utime(path, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+        seen.append(subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, env=env,
+                                   cwd=Path(__file__).resolve().parents[2], timeout=60).stdout.strip())
+    assert seen == ["1", "2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.py"]
