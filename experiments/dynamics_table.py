@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path)
     p.add_argument("--docs", type=Path, default=Path("docs"))
     args = p.parse_args(argv)
+    args.docs.mkdir(parents=True, exist_ok=True)
     lines = []
     for cond in ("drift", "join"):
         lines += [f"### {cond}", ""] + table(args.out, cond) + [""]

@@ -1,0 +1,56 @@
+"""experiments/dynamics_table.py (docs/results_dynamics.md's tables) on hand-made run directories: each column
+is the summary's field or the records' value it names, mean ± std over seeds, "never" where a run never
+recovered."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_table():
+    spec = importlib.util.spec_from_file_location("dynamics_table", ROOT / "experiments" / "dynamics_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_run(d: Path, summary: dict, records: list[dict]) -> None:
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def drift_run(d: Path, final: float, before: list[float], back: int | None) -> None:
+    records = [{"round": t, "accuracy": 50.0, "neighbor_precision": 0.5 if t < 150 else 0.75,
+                "drift_moved_accuracy": [before[t - 140] if 140 <= t < 150 else 30.0]} for t in range(1, 201)]
+    event = {"round": 150, "moved": 28, "pre_accuracy": before[-1], "recovery_rounds": back,
+             "recovered": back is not None, "accuracy_after": 60.0}
+    write_run(d, {"final_accuracy": final, "neighbor_precision": 0.8, "drift": [event]}, records)
+
+
+def test_drift_rows_read_the_summary_and_the_ten_rounds_before(tmp_path):
+    table, out = load_table(), tmp_path
+    drift_run(out / "drift" / "dac-s0", 80.0, [70.0 + i for i in range(10)], 12)      # before: 74.5
+    drift_run(out / "drift" / "dac-s1", 82.0, [72.0 + i for i in range(10)], None)    # before: 76.5
+    lines = table.table(out, "drift")
+    row = next(x for x in lines if x.startswith("| dac |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # final 81 ± 1.41; before 75.5 ± 1.41; after 60; recover 12 (one seed never); precision 50 before, 80 at the end
+    assert cells == ["dac", "2", "81.00 ± 1.41", "75.50 ± 1.41", "60.00 ± 0.00", "12 (never in 1)", "50.00 ± 0.00",
+                     "80.00 ± 0.00"]
+    assert next(x for x in lines if x.startswith("| oracle |")).count("-") >= 6   # no run: dashes
+
+
+def test_join_rows_read_the_summary(tmp_path):
+    table, out = load_table(), tmp_path
+    join = {"round": 150, "joiners": 25, "init": "initial", "joiner_accuracy_after": 70.0,
+            "joiner_neighbor_precision_after": None, "incumbent_accuracy_after": 80.0,
+            "incumbent_neighbor_precision_after": 0.9, "catch_up_rounds": None}
+    write_run(out / "join" / "panm_grad-s0", {"final_accuracy": 78.0, "join": join}, [{"round": 1}])
+    row = next(x for x in table.table(out, "join") if x.startswith("| panm_grad |"))
+    assert [c.strip() for c in row.strip("|").split("|")] == ["panm_grad", "1", "78.00", "70.00", "80.00", "-",
+                                                              "90.00", "never"]
