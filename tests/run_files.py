@@ -196,6 +196,9 @@ def one_and_two_runs(inputs: Path, nproc: int) -> dict[str, list[str]]:
     join = [*GOLDEN_OVERRIDES, "checkpoint_every=2", "network.join_round=4", "network.join_fraction=0.25"]
     runs["join/panm_grad"] = [*join, "algorithm.name=panm_grad", "network.join_init=peer", "network.p_offline=0.2"]
     runs["join/dfca"] = [*join, "algorithm.name=dfca"]
+    # tests/integration/test_network_runs.py: PANM's stage one keeping silent previous neighbours under churn
+    runs["silent/panm_grad"] = [*GOLDEN_OVERRIDES, "algorithm.name=panm_grad", "network.p_offline=0.3",
+                                "network.p_drop=0.2", "panm.silent_neighbours=keep"]
     # tests/integration/test_exchange_runs.py: with a 0.1 MB exchange budget (dozens of blocks a pass) and without
     for name in EXCHANGE_RUNS:
         extra = ["participation=0.5"] if name in ("fedavg", "ifca") else []

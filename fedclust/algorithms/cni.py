@@ -32,11 +32,13 @@ def top_k_in_mask(similarity: torch.Tensor, allowed: torch.Tensor, k: int) -> to
     return top_k_of_pool(similarity.gather(1, idx), idx, valid, k, n)
 
 
-def top_k_of_pool(values: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor, k: int, n: int) -> torch.Tensor:
+def top_k_of_pool(values: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor, k: int, n: int,
+                  row_k: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`top_k_in_mask` from the similarities on the allowed entries
     alone: ``values [C, m]`` at columns ``idx [C, m]`` (each row's allowed
     columns in increasing order, ``valid`` False in the padding), as
-    :class:`fedclust.algorithms.similarity.PoolScores` holds them."""
+    :class:`fedclust.algorithms.similarity.PoolScores` holds them.
+    ``row_k [C]``: each row keeps only its ``row_k`` best of the k (at most k)."""
     C = idx.shape[0]
     if min(k, n) <= 0 or C == 0:
         return torch.zeros(C, n, dtype=torch.bool, device=idx.device)
@@ -47,7 +49,10 @@ def top_k_of_pool(values: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor, 
     first = torch.sort(valid.gather(1, order).to(torch.int8), dim=1, descending=True, stable=True).indices
     pick = order.gather(1, first[:, :min(k, idx.shape[1])])
     # padding is picked only by rows with fewer than k entries, and sets nothing
-    return PeerIndex(idx.gather(1, pick), valid.gather(1, pick), n).mask()
+    keep = valid.gather(1, pick)
+    if row_k is not None:
+        keep &= torch.arange(pick.shape[1], device=pick.device)[None, :] < row_k.to(pick.device)[:, None]
+    return PeerIndex(idx.gather(1, pick), keep, n).mask()
 
 
 def draw_candidates(seed: int, round_: int, client_ids: torch.Tensor, n: int, l: int,

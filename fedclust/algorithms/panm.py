@@ -39,6 +39,7 @@ from fedclust.schema import at_least, option
 
 EmInput = Literal["neg_loss", "inverse"]
 EmVariance = Literal["separate", "tied"]
+SilentNeighbours = Literal["keep", "drop"]
 PANM_EM_INPUTS = typing.get_args(EmInput)
 PANM_EM_VARIANCES = typing.get_args(EmVariance)
 
@@ -70,6 +71,16 @@ class PanmConfig:
             "cosine carries no cluster signal, only noise that grows as the learning rate decays, and "
             "with the paper's 0.5 in both stages PANMGrad's 4 clusters merge after round 170; "
             "`docs/algorithms.md` (PANM, departure 4) has the mechanism and the numbers"))
+
+    silent_neighbours: SilentNeighbours = option(
+        "drop", "stage one: a previous neighbour whose model did not arrive this round (offline, lost) gives its "
+                "place to the best answering candidate (drop) or keeps it (keep, Eq. 8's carried list)",
+        doc=("CNI (stage one) under `network.p_offline` or `network.p_drop`: `drop`, the list is the top k of the "
+            "answers alone, so a neighbour of `N_i^{t-1}` whose model did not arrive this round loses its place; "
+            "`keep`, it keeps its place in `N_i^t` (the paper's Eq. 8 carries the previous list so that a pure "
+            "list stays pure) and the other places go to the best answers. `drop` lets churn bring the cluster "
+            "rotated 180° into the lists (`docs/results_network.md`); `keep` is not yet measured on whole runs. "
+            "No effect without lost models"))
 
     def validate(self, cfg) -> None:
         at_least("panm.tau", self.tau, 1, "PANM's HNM runs every tau rounds of stage two")
@@ -136,9 +147,16 @@ class PANM(PeerAlgorithm):
         reach = ctx.reach(view.round)
         cand = draw_candidates(ctx.seed, view.round, ctx.client_ids.to(ctx.device), ctx.n, self.l, allowed=reach)
         previous = state.neighbors if reach is None else state.neighbors & reach.mask()
-        pool = answering(cni_pool(cand, previous), ctx.delivery(view.round))  # N_i^0 empty: round 1: C_i alone
+        delivery = ctx.delivery(view.round)
+        pool = answering(cni_pool(cand, previous), delivery)  # N_i^0 empty: round 1: C_i alone
         scores = similarity_for(self.metric, self.alpha, ctx, view, pool)
-        neighbors = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n)
+        silent = None   # previous neighbours whose model did not arrive: they keep their places (Eq. 8)
+        if self.panm.silent_neighbours == "keep" and delivery is not None:
+            silent = previous & ~answering(previous, delivery)
+        row_k = None if silent is None else (self.k - silent.sum(1)).clamp_min(0)
+        neighbors = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, ctx.n, row_k)
+        if silent is not None:
+            neighbors = neighbors | silent
         new = dataclasses.replace(state, neighbors=neighbors, **self._recorded(scores, pool, ctx, view.round))
         return new, neighbors
 

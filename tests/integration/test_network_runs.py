@@ -81,3 +81,10 @@ def test_runs_under_faults_are_identical_on_one_and_two_processes(one_and_two, n
         summary = json.loads((one_and_two[1] / "faults" / name / "summary.json").read_text())
         assert summary["honest_accuracy"] != summary["final_accuracy"]          # the attackers are left out
         assert summary["worst_cluster_accuracy"] <= summary["honest_accuracy"]
+
+
+@pytest.mark.xdist_group("one_and_two")   # launched with the other 1-and-2-process runs (conftest.py)
+def test_panm_keeping_silent_neighbours_is_identical_on_one_and_two_processes(one_and_two):
+    from test_resume import assert_same_run
+
+    assert_same_run(one_and_two[1] / "silent" / "panm_grad", one_and_two[2] / "silent" / "panm_grad")

@@ -476,3 +476,20 @@ def test_hnm_alpha_weights_the_update_cosine_of_stage_two_only():
     with pytest.raises(ConfigError) as exc:
         make_panm_grad(cfg)
     assert exc.value.field == "panm.hnm_alpha"
+
+
+def test_top_k_of_pool_with_a_k_per_row_keeps_each_rows_best_that_many():
+    from fedclust.algorithms.cni import top_k_of_pool
+
+    g = torch.Generator().manual_seed(4)
+    C, n, k = 6, 12, 4
+    allowed = torch.rand(C, n, generator=g) < 0.6
+    sim = torch.rand(C, n, generator=g)
+    idx, valid = mask_indices(allowed)
+    row_k = torch.tensor([0, 1, 2, 4, 3, 9])          # 9: at most k
+    got = top_k_of_pool(sim.gather(1, idx), idx, valid, k, n, row_k)
+    for i in range(C):                                  # the plain rule: each row's min(row_k, k) best allowed
+        cols = sorted(allowed[i].nonzero().flatten().tolist(), key=lambda j: (-float(sim[i, j]), j))
+        assert got[i].nonzero().flatten().tolist() == sorted(cols[:min(int(row_k[i]), k)]), i
+    assert torch.equal(top_k_of_pool(sim.gather(1, idx), idx, valid, k, n, torch.full((C,), k)),
+                       top_k_in_mask(sim, allowed, k))

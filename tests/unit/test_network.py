@@ -428,3 +428,45 @@ def test_a_methods_own_regular_graph_joins_a_disconnected_draw_with_a_ring_as_th
         g.add_edges_from((i, int(j)) for i in range(12) for j in got.idx[i][got.valid[i]])
         assert nx.is_connected(g)
     assert seen[True] and seen[False]   # both cases met
+
+
+@pytest.mark.parametrize("name", ["panm_grad", "panm_loss"])
+@pytest.mark.parametrize("fault", ["p_offline", "p_drop"])
+def test_panm_stage_one_keeps_a_silent_previous_neighbour_with_keep_and_not_with_drop(name, fault):
+    """panm.silent_neighbours: with keep, a previous neighbour whose model did not arrive stays in N_i^t and the
+    other places go to answering candidates (k in all, or fewer when fewer answer); with drop, the list holds
+    answers only."""
+    n, k = 16, 3
+    for rule in ("keep", "drop"):
+        cfg = load_config(None, ["data.name=synthetic", f"clients={n}", f"algorithm.k={k}", "algorithm.l=5",
+                                 "stage1_rounds=8", "rounds=8", f"algorithm.name={name}",
+                                 f"panm.silent_neighbours={rule}"])
+        algo = registry.build(cfg, run_facts(cfg))
+        network = Network(net(**{fault: 0.4}), n, 3)
+        ids = torch.arange(n)
+        ctx = _ctx(n, ids)
+        ctx.online, ctx.delivery = network.online, (lambda t: network.delivery(t, ids))
+        state = algo.init(ctx)
+        kept = 0
+        for t in range(1, 9):
+            previous = state.neighbors.clone()
+            view = _view(t, n)
+            state, _ = algo.aggregate(state, ctx, view)
+            delivery = network.delivery(t, ids)
+            arrived = delivery.answering(torch.ones(n, n, dtype=torch.bool))
+            own = delivery.own_online()
+            for i in range(n):
+                if not own[i]:
+                    continue
+                now = set(state.neighbors[i].nonzero().flatten().tolist())
+                silent = {j for j in previous[i].nonzero().flatten().tolist() if not arrived[i, j]}
+                answers = now - silent
+                assert all(arrived[i, j] for j in answers), (rule, t, i)
+                if rule == "keep":
+                    assert silent <= now, (rule, t, i)
+                    kept += len(silent)
+                else:
+                    assert not (now & silent), (rule, t, i)
+                assert len(now) <= k, (rule, t, i)
+        if rule == "keep":
+            assert kept > 0   # the case arose
