@@ -79,8 +79,9 @@ class PanmConfig:
             "answers alone, so a neighbour of `N_i^{t-1}` whose model did not arrive this round loses its place; "
             "`keep`, it keeps its place in `N_i^t` (the paper's Eq. 8 carries the previous list so that a pure "
             "list stays pure) and the other places go to the best answers. `drop` lets churn bring the cluster "
-            "rotated 180° into the lists (`docs/results_network.md`); `keep` is not yet measured on whole runs. "
-            "No effect without lost models"))
+            "rotated 180° into the lists, which `keep` prevents (`docs/results_network.md`: stage one at 30% "
+            "offline); the default stays `drop` until whole runs are measured with `keep`. No effect without "
+            "lost models"))
 
     def validate(self, cfg) -> None:
         at_least("panm.tau", self.tau, 1, "PANM's HNM runs every tau rounds of stage two")
