@@ -285,6 +285,11 @@ def _offline_key(cfg: Config) -> str:
 
 def _stopped(setup: Setup, out: RankZeroOutput | None, t: int, stop: StopRequest, path: Path) -> Stopped:
     if out and out.tracker:   # before the requeue, which ends the job at once: W&B must hear first
-        out.tracker.finish(EXIT_REQUEUE, preempting=True)
+        try:
+            out.tracker.finish(EXIT_REQUEUE, preempting=True)
+        except Exception as exc:   # W&B's own service may have had the signal too: the requeue must still happen
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            print(f"fedclust: W&B did not close cleanly on the stop ({type(exc).__name__}: {first}); the checkpoint "
+                  "is written and the job is requeued all the same", file=sys.stderr, flush=True)
     job, requeued = requeue() if setup.rank == 0 else (slurm_job(), None)   # rank 0 requeues the job
     return Stopped(t, stop.signal, path, job, requeued if job else None)

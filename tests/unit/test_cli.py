@@ -99,3 +99,25 @@ def test_light_commands_do_not_import_torch(argv):
     out = subprocess.run([sys.executable, "-c", IMPORTS.format(argv=argv)], cwd=ROOT, capture_output=True, text=True,
                          timeout=120).stdout
     assert out.splitlines()[-1] == "HEAVY []"
+
+
+def test_a_tracker_that_fails_to_close_on_a_stop_does_not_stop_the_requeue(monkeypatch, capsys):
+    """W&B's service can take the job's signal too and be gone when the run tells it it is preempted: the
+    failure is said in one line and the job is requeued all the same."""
+    import signal
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from fedclust import runner
+
+    class Gone:
+        def finish(self, exit_code, preempting=False):
+            raise ConnectionResetError("Connection lost\nmore")
+
+    monkeypatch.setattr(runner, "requeue", lambda: ("561", True))
+    stop = SimpleNamespace(signal=signal.SIGUSR1)
+    got = runner._stopped(SimpleNamespace(rank=0), SimpleNamespace(tracker=Gone()), 6, stop, Path("ck.pt"))
+    assert (got.round, got.job, got.requeued) == (6, "561", True)
+    assert "Slurm job 561 requeued" in str(got)
+    err = capsys.readouterr().err
+    assert "W&B did not close cleanly on the stop (ConnectionResetError: Connection lost)" in err
