@@ -116,7 +116,7 @@ def _normalization(cfg) -> dict | None:
     if not isinstance(ds, PoolDataSet):
         return None
     try:
-        mean, std = ds.normalization(cfg.data)
+        mean, std = ds.input_normalization(cfg.data)
     except (OSError, DataError) as exc:
         raise DataError(f"the run's data is needed for its input normalisation: {exc}") from None
     return {"mean": [float(m) for m in mean], "std": [float(s) for s in std], "scale": ds.scale,

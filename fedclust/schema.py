@@ -69,6 +69,7 @@ SEED_LIMIT = 2**32
 ClusterKind = Literal["rotation", "label_swap"]
 Partition = Literal["iid", "dirichlet", "shards"]   # fedclust.data.skew.PARTITIONS
 SyntheticInputs = Literal["client", "shared"]
+Normalize = Literal["standard", "unit", "symmetric"]
 WandbMode = Literal["", "online", "offline", "disabled"]
 Engine = Literal["auto", "batched", "loop"]
 Precision = Literal["default", "fp32", "tf32"]   # fedclust.engine.precision
@@ -223,6 +224,15 @@ class DataConfig:
     Every record then adds the validation accuracy, and the summary each client's test accuracy at the round of
     its best validation accuracy (`best_validation_accuracy`, `best_validation_rounds`). See
     [Reports](reports.md#the-model-you-would-deploy).
+    """
+    normalize: Normalize = "standard"
+    """how an image pool's inputs are scaled before training: `standard` (per channel, minus the training
+    split's mean, divided by its std), `unit` (to [0, 1] only: x / 255, as IFCA's code) or `symmetric` (to [-1, 1]:
+    (x / 255 - 0.5) / 0.5, as PENS's code).
+
+    A pool only (`fmnist`, `mnist`, `cifar10`, `torchvision:NAME`, `npz`; a file's inputs are taken as already in
+    [0, 1]: `unit` leaves them as stored); refused for data that makes its own inputs (`synthetic`). The export
+    records the rule it ran. See [The PANM paper's unknowns](algorithms.md#the-panm-papers-unknowns).
     """
     partition: Partition = "iid"
     """how a pool's examples are dealt to clients: `iid` (class-balanced), `dirichlet` (label proportions from

@@ -44,6 +44,10 @@ def check_data(cfg: DataConfig, num_clients: int) -> None:
                           "arguments of the torchvision class of data.name=torchvision:NAME: "
                           "data.options.split=balanced for torchvision:EMNIST): drop data.options (leave it {})")
     ds.check(cfg, num_clients)   # a data set's own words first; then what it would ignore
+    if cfg.normalize != "standard" and not isinstance(ds, PoolDataSet):
+        raise ConfigError("data.normalize", cfg.normalize,
+                          f"data set {cfg.name!r} makes its own inputs, which are not scaled images: drop "
+                          "data.normalize (leave it at its default, standard)")
     refuse_layout(cfg, tuple(f for f in LAYOUT_KEYS if f not in ds.layout_keys),
                   f"data set {cfg.name!r} does not apply it (its clients and clusters are its own)")
 

@@ -355,6 +355,16 @@ class PoolDataSet(DataSet):
         """Per-channel (mean, std) of the training split (after ``scale``)."""
         return tuple(self.mean), tuple(self.std)
 
+    def input_normalization(self, cfg: DataConfig) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The per-channel (mean, std) that :meth:`normalize` applies after ``scale``: the data set's own
+        statistics (``data.normalize=standard``), or 0 and 1 (``unit``: [0, 1] kept), or 0.5 and 0.5
+        (``symmetric``: [0, 1] to [-1, 1]), one per channel of the statistics."""
+        mean, std = self.normalization(cfg)
+        fixed = {"unit": (0.0, 1.0), "symmetric": (0.5, 0.5)}.get(cfg.normalize)
+        if fixed is None:
+            return tuple(mean), tuple(std)
+        return (fixed[0],) * len(mean), (fixed[1],) * len(std)
+
     def class_counts(self, cfg: DataConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
         if self.counts is not None:
             return self.counts
@@ -366,7 +376,7 @@ class PoolDataSet(DataSet):
         """Inputs [..., *shape] -> float32 divided by ``scale`` then normalized per channel (the channel is
         the first input dimension of [ch, H, W] inputs; other shapes take one mean and std); for uint8
         images and scale 255 the same operations as torchvision ``ToTensor`` + ``Normalize``."""
-        mean, std = self.normalization(cfg)
+        mean, std = self.input_normalization(cfg)
         dims = len(self.input_shape(cfg))
         view = (-1, 1, 1) if dims == 3 else ()            # per channel of [ch, H, W]; else one number
         m = torch.as_tensor(mean, dtype=torch.float32, device=x.device).reshape(view)

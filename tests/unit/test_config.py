@@ -131,6 +131,7 @@ OUT_OF_RANGE = {
     "data.cluster_sizes": ("[5, 2]", []),           # sums to 7, not clients = 8
     "data.rotations": ("[0, 180, 90]", []),         # 3 angles for data.num_clusters = 2
     "data.validation": ("1.5", []),
+    "data.normalize": ("minmax", []),
     "data.train_size": ("0", []),
     "data.test_size": ("0", []),
     "data.partition": ("pathological", []),

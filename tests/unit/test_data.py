@@ -323,6 +323,38 @@ def test_normalization_known_pixel_and_torchvision(fake_root):
                                                       (0.2 - 0.4465) / 0.2616], abs=1e-6)
 
 
+@pytest.mark.parametrize("rule,mean,std", [("unit", 0.0, 1.0), ("symmetric", 0.5, 0.5)])
+def test_data_normalize_unit_and_symmetric_against_torchvision(fake_root, rule, mean, std):
+    """data.normalize=unit is ToTensor alone (x / 255, IFCA's code); symmetric is ToTensor + Normalize(0.5, 0.5)
+    ([-1, 1], PENS's code); both on rotated clients too, and the export records the rule."""
+    from torchvision import transforms
+
+    from fedclust.data.base import PoolDataSet
+
+    raw = raw_of(fake_root)
+    tr, _ = partition.federated_indices(raw.train_y, raw.test_y, 20, 20, 20, seed=3, num_classes=10)
+    d = load_federated(cfg_of(fake_root, normalize=rule), 20, seed=3)
+    tv = transforms.Compose([transforms.ToTensor()] + ([transforms.Normalize((0.5,), (0.5,))] if std == 0.5 else []))
+    for client in range(20):
+        img = torch.rot90(raw.train_x[tr[client, 0]], 2 * int(d.clusters[client]), (-2, -1))[0]   # 0°, 180°
+        assert torch.equal(d.train_x[client, 0], tv(img.numpy()[:, :, None]))
+    v = int(raw.train_x[tr[0, 0], 0, 5, 7])
+    assert float(d.train_x[0, 0, 0, 5, 7]) == pytest.approx((v / 255 - mean) / std, abs=1e-6)
+    lo, hi = float(d.train_x.min()), float(d.train_x.max())
+    assert (0 - mean) / std - 1e-6 <= lo < hi <= (1 - mean) / std + 1e-6
+    ds = registry.get("fmnist")
+    assert isinstance(ds, PoolDataSet)
+    assert ds.input_normalization(cfg_of(fake_root, normalize=rule)) == ((mean,), (std,))
+    assert ds.input_normalization(cfg_of(fake_root)) == ((0.2860,), (0.3530,))
+
+
+def test_data_normalize_refused_for_synthetic_and_unknown_rules(fake_root):
+    with pytest.raises(ConfigError) as e:
+        check_data(DataConfig(name="synthetic", normalize="unit"), 20)
+    assert e.value.field == "data.normalize" and "leave it at its default, standard" in str(e.value)
+    check_data(DataConfig(name="synthetic"), 20)
+
+
 def test_too_small_raises_and_share_images_works(fake_root):
     with pytest.raises(DataError) as e:
         load_federated(cfg_of(fake_root, train_size=40), 20, seed=0)   # 80 per class > 60
