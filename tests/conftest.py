@@ -103,12 +103,14 @@ def killed_on_two(tmp_path_factory):
     (tests/integration/test_fpfc_state_runs.py) as killed/fpfc_head, killed_to_one/fpfc_head, with its uninterrupted
     runs head/whole (2 processes) and head/one (1); PANMGrad exchanging in column blocks
     (tests/integration/test_exchange_runs.py) as killed/exchange_panm_grad, killed_to_one/exchange_panm_grad, with
-    its uninterrupted run exchange/one (1 process). Tests that read it (tests/integration/test_resume.py,
+    its uninterrupted run exchange/one (1 process); late joiners and drift (tests/integration/test_join_runs.py,
+    test_drift_runs.py) as killed/join_panm_grad and killed/drift_dfca (and killed_to_one/), with their
+    uninterrupted runs dynamics/<name> (2 processes). Tests that read it (tests/integration/test_resume.py,
     test_fpfc_state_runs.py, test_exchange_runs.py) carry ``@pytest.mark.xdist_group("killed_on_two")``."""
     import shutil
 
     from batch import killed_many, launch_many
-    from run_files import EXCHANGE_BUDGET, RESUMED_ON_TWO, golden_here
+    from run_files import EXCHANGE_BUDGET, JOIN_AFTER_STAGE_ONE, RESUMED_ON_TWO, drift_events, golden_here
     from test_fpfc_state import HEAD
     from test_resume import KILL_AFTER, PAUSE_PLUGIN, assert_killed, env, overrides
 
@@ -117,6 +119,9 @@ def killed_on_two(tmp_path_factory):
     # on 2 and on 1 (head/whole, head/one) in the same jobs; test_exchange_runs.py's PANMGrad in column blocks
     killed = {name: (name, ()) for name in RESUMED_ON_TWO} | {"fpfc_head": ("fpfc", tuple(HEAD)),
                                                              "exchange_panm_grad": ("panm_grad", (EXCHANGE_BUDGET,))}
+    dynamics = {"join_panm_grad": ("panm_grad", JOIN_AFTER_STAGE_ONE),            # and late joiners and drift
+                "drift_dfca": ("dfca", tuple(drift_events(root)))}
+    killed |= dynamics
     runs = [overrides(name, root / "killed" / key, *extra, f"plugins=[{PAUSE_PLUGIN}]")
             for key, (name, extra) in killed.items()]
     proc = killed_many(runs, KILL_AFTER, root / "killed.json", env(), nproc=2)   # one 2-process job kills them all
@@ -125,7 +130,8 @@ def killed_on_two(tmp_path_factory):
         assert_killed(root / "killed" / key)
         shutil.copytree(root / "killed" / key, root / "killed_to_one" / key)
     jobs = {2: [overrides(name, root / "killed" / key, *extra) for key, (name, extra) in killed.items()]
-            + [overrides("fpfc", root / "head" / "whole", *HEAD)],
+            + [overrides("fpfc", root / "head" / "whole", *HEAD)]
+            + [overrides(name, root / "dynamics" / key, *extra) for key, (name, extra) in dynamics.items()],
             1: [overrides(name, root / "killed_to_one" / key, *extra) for key, (name, extra) in killed.items()]
             + [overrides("fpfc", root / "head" / "one", *HEAD),
                overrides("panm_grad", root / "exchange" / "one", EXCHANGE_BUDGET)]}

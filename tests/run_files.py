@@ -145,6 +145,20 @@ def image_pool(path: Path) -> str:
 ONLY_ON = {"golden": 2, "exchange_whole": 1}
 
 
+def drift_events(inputs: Path) -> list[str]:
+    """DFCA's drifting run's keys (one_and_two's drift/dfca, killed_on_two's drift_dfca): 9 clients (5 + 4) on the
+    image pool written to ``inputs``, half of each cluster moving at rounds 3 and 5, a validation split moving
+    with them."""
+    return ["clients=9", "rounds=6", "data.name=npz", f"data.path={image_pool(inputs / 'drift_pool.npz')}",
+            "data.clusters=rotation", "data.drift_rounds=[3,5]", "data.drift_fraction=0.5", "data.validation=0.25"]
+
+
+# killed_on_two's late joiners: PANMGrad's 2 of 8 join at round 3, after a 2-round stage one (their empty lists
+# filled at HNM), copying a present client's model under offline clients: the checkpoint of round 4 holds them
+JOIN_AFTER_STAGE_ONE = ("stage1_rounds=2", "network.join_round=3", "network.join_fraction=0.25",
+                        "network.join_init=peer", "network.p_offline=0.2")
+
+
 def one_and_two_runs(inputs: Path, nproc: int) -> dict[str, list[str]]:
     """Runs that tests compare on 1 and 2 processes, by a key naming the test that reads it, those of them that run
     on ``nproc`` processes (:data:`ONLY_ON`): all of them run in one 1-process and one 2-process job (conftest.py's
@@ -188,14 +202,14 @@ def one_and_two_runs(inputs: Path, nproc: int) -> dict[str, list[str]]:
                          "data.num_clusters=2", f"model={ROOT / 'tests' / 'plugins' / 'user_models.py'}:SmallConvGN"]
     # tests/integration/test_drift_runs.py: DFCA (k cluster models a client) on the image pool, 9 clients (5 + 4),
     # half of each cluster moving at rounds 3 and 5, a validation split moving with them
-    runs["drift/dfca"] = [*GOLDEN_OVERRIDES, "algorithm.name=dfca", "clients=9", "rounds=6", "data.name=npz",
-                          f"data.path={image_pool(inputs / 'drift_pool.npz')}", "data.clusters=rotation",
-                          "data.drift_rounds=[3,5]", "data.drift_fraction=0.5", "data.validation=0.25"]
-    # tests/integration/test_join_runs.py: late joiners on 8 clients (4 + 4), 2 joining at round 4: PANMGrad's copying
-    # a present client's model (held on either rank) under offline clients, DFCA's (a bank a client) the initial one
-    join = [*GOLDEN_OVERRIDES, "checkpoint_every=2", "network.join_round=4", "network.join_fraction=0.25"]
-    runs["join/panm_grad"] = [*join, "algorithm.name=panm_grad", "network.join_init=peer", "network.p_offline=0.2"]
-    runs["join/dfca"] = [*join, "algorithm.name=dfca"]
+    runs["drift/dfca"] = [*GOLDEN_OVERRIDES, "algorithm.name=dfca", *drift_events(inputs)]
+    # tests/integration/test_join_runs.py: late joiners on 8 clients (4 + 4), 2 joining: PANMGrad's at round 5, after
+    # stage one (their empty lists filled at HNM, panm.empty_list), copying a present client's model (held on either
+    # rank) under offline clients; DFCA's (a bank a client) at round 4 with the initial one
+    join = [*GOLDEN_OVERRIDES, "checkpoint_every=2", "network.join_fraction=0.25"]
+    runs["join/panm_grad"] = [*join, "network.join_round=5", "algorithm.name=panm_grad", "network.join_init=peer",
+                              "network.p_offline=0.2"]
+    runs["join/dfca"] = [*join, "network.join_round=4", "algorithm.name=dfca"]
     # tests/integration/test_network_runs.py: PANM's stage one keeping silent previous neighbours under churn
     runs["silent/panm_grad"] = [*GOLDEN_OVERRIDES, "algorithm.name=panm_grad", "network.p_offline=0.3",
                                 "network.p_drop=0.2", "panm.silent_neighbours=keep"]

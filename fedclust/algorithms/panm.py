@@ -40,6 +40,7 @@ from fedclust.schema import at_least, option
 EmInput = Literal["neg_loss", "inverse"]
 EmVariance = Literal["separate", "tied"]
 SilentNeighbours = Literal["keep", "drop"]
+EmptyList = Literal["fill", "stay"]
 PANM_EM_INPUTS = typing.get_args(EmInput)
 PANM_EM_VARIANCES = typing.get_args(EmVariance)
 
@@ -47,6 +48,8 @@ PANM_EM_VARIANCES = typing.get_args(EmVariance)
 @dataclass
 class PanmConfig:
     """The ``panm`` section (both variants; why the defaults: docs/algorithms.md, PANM, departures 3-5)."""
+
+    before_the_key: ClassVar[dict] = {"empty_list": "stay"}   # HNM left an empty list empty before the key
 
     tau: int = option(1, "HNM updates the neighbour list every tau rounds of stage two, >= 1",
         doc=("HNM runs every `tau` rounds of stage two, `>= 1`"))
@@ -82,6 +85,17 @@ class PanmConfig:
             "rotated 180° into the lists, which `keep` prevents (`docs/results_network.md`: stage one at 30% "
             "offline); the default stays `drop` until whole runs are measured with `keep`. No effect without "
             "lost models"))
+
+    empty_list: EmptyList = option(
+        "fill", "stage two: a client whose list is empty (a late joiner, network.join_round after T1) takes the top "
+                "k of its HNM candidates (fill) or stays without neighbours (stay)",
+        doc=("HNM's EM starts its component A from the sampled neighbours, so a client with an empty `N_i` in "
+            "stage two (a late joiner: `network.join_round` after `stage1_rounds`; or a list left empty by churn "
+            "at the end of stage one) could never gain one and trained alone. `fill`: at each HNM step such a "
+            "client puts the top k of its l candidates in its list (CNI's rule, on HNM's similarity), then HNM "
+            "goes on from there; `stay`: it stays empty and averages with no one, as runs before the key "
+            "did (a checkpoint without the key resumes with `stay`). Neither the PANM paper nor its code has "
+            "clients that join"))
 
     def validate(self, cfg) -> None:
         at_least("panm.tau", self.tau, 1, "PANM's HNM runs every tau rounds of stage two")
@@ -175,9 +189,23 @@ class PANM(PeerAlgorithm):
             y = (scores.with_values(loss_em_input(scores.values, self.panm.em_input)) if self.metric == "loss"
                  else scores)
             neighbors, failed = hnm_update(state.neighbors, cand, sample, y, variance=self.panm.em_variance)
+            if self.panm.empty_list == "fill":
+                neighbors, failed = self._fill_empty(state.neighbors, neighbors, failed, scores, ctx.n)
             new = dataclasses.replace(state, neighbors=neighbors, hnm_failed=failed,
                                       **self._recorded(scores, pool, ctx, t))
         return new, draw_average(ctx.seed, t, ctx.client_ids, new.neighbors, self.k, reach)
+
+    def _fill_empty(self, before: torch.Tensor, neighbors: torch.Tensor, failed: torch.Tensor, scores: PoolScores,
+                    n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows whose list was empty before HNM (no S, so EM had nothing to start from): the top k of their
+        candidates by ``scores``, CNI's rule; the other rows as HNM left them."""
+        empty = ~before.any(1)
+        if not bool(empty.any()):
+            return neighbors, failed
+        row_k = torch.where(empty, self.k, 0)
+        top = top_k_of_pool(scores.values, scores.idx, scores.valid, self.k, n, row_k)
+        filled = top.any(1)
+        return torch.where(empty[:, None], top, neighbors), failed & ~filled
 
     def _recorded(self, scores: PoolScores, pool: torch.Tensor, ctx: Context, round_: int) -> dict:
         """What the state keeps of a round's similarities: on the pool, and client 0's row (PANMGrad computes

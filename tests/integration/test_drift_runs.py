@@ -23,3 +23,14 @@ def test_a_drifting_run_gives_the_same_numbers_on_one_and_two_processes(one_and_
     records, summary = results(p1)
     assert [r["drift_epoch"] for r in records] == [0, 0, 1, 1, 2, 2]
     assert [e["round"] for e in summary["drift"]] == [3, 5] and all(e["moved"] == 5 for e in summary["drift"])
+
+
+@pytest.mark.xdist_group("killed_on_two")   # killed, resumed and run whole with test_resume.py's (its fixture)
+def test_a_drifting_run_killed_on_two_processes_resumes_exactly_on_two_and_on_one(killed_on_two):
+    """SIGKILL after round 5 (its second drift event), resumed from round 4's checkpoint (after the first) on 2
+    processes and on 1: the uninterrupted 2-process run's records, true clusters and summary."""
+    whole = killed_on_two / "dynamics" / "drift_dfca"
+    for resumed in ("killed", "killed_to_one"):
+        assert_same_run(killed_on_two / resumed / "drift_dfca", whole)
+        a, b = (np.load(d / "neighbors.npz") for d in (killed_on_two / resumed / "drift_dfca", whole))
+        assert np.array_equal(a["drift_clusters"], b["drift_clusters"])

@@ -272,6 +272,7 @@ OUT_OF_RANGE = {
     "panm.em_variance": ("pooled", ["algorithm.name=panm_loss"]),
     "panm.hnm_alpha": ("1.01", ["algorithm.name=panm_grad"]),
     "panm.silent_neighbours": ("forget", ["algorithm.name=panm_grad"]),
+    "panm.empty_list": ("cni", ["algorithm.name=panm_grad"]),
     "pens.count": ("drawn", ["algorithm.name=pens"]),
     "pens.empty_list": ("none", ["algorithm.name=pens"]),
     "pens.stage2_neighbours": ("8", ["algorithm.name=pens"]),   # more than clients - 1 = 7
