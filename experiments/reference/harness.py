@@ -86,6 +86,14 @@ FEDCLUST_RUN = {"dpsgd": "el_oracle"}   # one fedclust run serves both rows
 EXTRA = {
     "dac_edvinli": ("dac", ["algorithm.name=dac"]),   # propagate=true, constant τ = 30 (edvinli/DAC)
     "deprl_head3": ("deprl", ["algorithm.name=deprl", f"deprl.degree={DEGREE}"]),   # head_epochs=3 (GYan58)
+    # issue 46 part 2's keys for the other departures, each beside the reference row it moves towards
+    "dac_per_client": ("dac", [*FEDCLUST["dac"], "train.init=per_client"]),        # each node its own init
+    "deprl_per_client": ("deprl", [*FEDCLUST["deprl"], "train.init=per_client"]),
+    "facade_per_client": ("facade", [*FEDCLUST["facade"], "train.init=per_client"]),
+    "deprl_all_reduce": ("deprl", [*FEDCLUST["deprl"], "deprl.final_allreduce=true"]),   # the fork's last step
+    # the fork's Facade as it reports: the head of lowest test loss, after the final all-reduce
+    "facade_as_reference": ("facade", [*FEDCLUST["facade"], "facade.report_head=lowest_test_loss",
+                                       "facade.final_allreduce=true"]),
 }
 FEDCLUST.update({name: keys for name, (_, keys) in EXTRA.items()})
 
