@@ -9,6 +9,7 @@
 #
 #   OUT=runs/post_panm bash experiments/post_panm_table.sh            # both settings, then the report
 #   SET=A bash experiments/post_panm_table.sh                          # (A) only; SET=B likewise
+#   METHODS="dpfl cobo" SEEDS_A=0 bash experiments/post_panm_table.sh  # some methods only
 #
 # LANES runs at once (default 1; THREADS threads each, default 2 on a CPU); a run whose summary.json exists is
 # skipped, so an interrupted sweep resumes. EXTRA adds overrides to every run (e.g. EXTRA="device=cuda");
@@ -23,19 +24,17 @@ SET=${SET:-all}
 EXTRA=${EXTRA:-}
 FEDCLUST=${FEDCLUST:-fedclust}
 export OUT THREADS EXTRA FEDCLUST
+. "$(dirname "$0")/sweep_lib.sh"
 
 SEED_METHODS=(local random fixtopology oracle pens panm_loss panm_grad fedavg fedprox ifca cfl fedgroup fedgrouprox
               fpfc)
-NEW_METHODS=(dac deprl facade epidemic dfca fedspd)
+NEW_METHODS=(dac deprl facade epidemic dfca fedspd dpfl cobo)
+# METHODS="dpfl cobo": only those (the others' runs are kept elsewhere)
+if [ -n "${METHODS:-}" ]; then read -r -a SEED_METHODS <<< "$METHODS"; NEW_METHODS=(); fi
 
 run_one() {   # SETTING CONFIG SEED METHOD [KEY=VALUE ...]
   local setting=$1 config=$2 s=$3 method=$4; shift 4
-  local dir="$OUT/$setting/$method-s$s"
-  [ -f "$dir/summary.json" ] && return 0
-  mkdir -p "$OUT/$setting"
-  # shellcheck disable=SC2086
-  OMP_NUM_THREADS=$THREADS $FEDCLUST run "$config" algorithm.name="$method" "$@" seed="$s" label="$method" \
-    out="$dir" progress=false $EXTRA >> "$dir.log" 2>&1 || echo "failed: $method $setting seed $s (see $dir.log)"
+  run_dir "$OUT/$setting/$method-s$s" "$config" algorithm.name="$method" "$@" seed="$s" label="$method"
 }
 export -f run_one
 
