@@ -22,6 +22,7 @@ SET=${SET:-all}
 EXTRA=${EXTRA:-}
 FEDCLUST=${FEDCLUST:-fedclust}
 export OUT THREADS EXTRA FEDCLUST
+. "$(dirname "$0")/sweep_lib.sh"
 
 METHODS=(random oracle panm_grad panm_loss pens dac ifca dfca facade dpfl cobo)
 DRIFT="drift data.drift_round=150 data.drift_fraction=0.25"
@@ -37,17 +38,13 @@ PER="ifca.clusters=4 dfca.clusters=4 facade.heads=4 other_sections=true"
 
 run_one() {   # SEED METHOD CONDITION [KEY=VALUE ...]
   local s=$1 method=$2 cond=$3; shift 3
-  local dir="$OUT/$cond/$method-s$s"
-  [ -f "$dir/summary.json" ] && return 0
-  mkdir -p "$OUT/$cond"
-  # shellcheck disable=SC2086
-  OMP_NUM_THREADS=$THREADS $FEDCLUST run configs/fmnist_rotation2.yaml data.num_clusters=4 \
-    algorithm.name="$method" "$@" seed="$s" label="$method" out="$dir" progress=false $EXTRA >> "$dir.log" 2>&1 \
-    || echo "failed: $method $cond seed $s (see $dir.log)"
+  run_dir "$OUT/$cond/$method-s$s" configs/fmnist_rotation2.yaml data.num_clusters=4 algorithm.name="$method" "$@" \
+    seed="$s" label="$method"
 }
 export -f run_one
 
 mkdir -p "$OUT"
+preflight configs/fmnist_rotation2.yaml data.num_clusters=4 $PER
 for s in $SEEDS; do for cond in "${CONDS[@]}"; do for m in "${METHODS[@]}"; do echo "$s $m $cond $PER"; done; done; done \
   | xargs -P "$LANES" -L 1 bash -c 'run_one "$@"' _
 python3 experiments/dynamics_table.py "$OUT" > "$OUT/table.md"

@@ -21,6 +21,7 @@ SET=${SET:-all}
 EXTRA=${EXTRA:-}
 FEDCLUST=${FEDCLUST:-fedclust}
 export OUT THREADS EXTRA FEDCLUST
+. "$(dirname "$0")/sweep_lib.sh"
 
 METHODS=(panm_grad panm_loss pens random local)
 GRAPHS=("complete" "ring algorithm.k=2 network.graph=ring"
@@ -39,13 +40,8 @@ esac
 
 run_one() {   # SEED METHOD CONDITION [KEY=VALUE ...]
   local s=$1 method=$2 cond=$3; shift 3
-  local dir="$OUT/$cond/$method-s$s"
-  [ -f "$dir/summary.json" ] && return 0
-  mkdir -p "$OUT/$cond"
-  # shellcheck disable=SC2086
-  OMP_NUM_THREADS=$THREADS $FEDCLUST run configs/fmnist_rotation2.yaml data.num_clusters=4 \
-    algorithm.name="$method" "$@" seed="$s" label="$method" out="$dir" progress=false $EXTRA >> "$dir.log" 2>&1 \
-    || echo "failed: $method $cond seed $s (see $dir.log)"
+  run_dir "$OUT/$cond/$method-s$s" configs/fmnist_rotation2.yaml data.num_clusters=4 algorithm.name="$method" "$@" \
+    seed="$s" label="$method"
 }
 export -f run_one
 
