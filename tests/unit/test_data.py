@@ -346,6 +346,12 @@ def test_data_normalize_unit_and_symmetric_against_torchvision(fake_root, rule, 
     assert isinstance(ds, PoolDataSet)
     assert ds.input_normalization(cfg_of(fake_root, normalize=rule)) == ((mean,), (std,))
     assert ds.input_normalization(cfg_of(fake_root)) == ((0.2860,), (0.3530,))
+    from fedclust.config import Config
+    from fedclust.export import _normalization
+
+    cfg = Config()
+    cfg.data = cfg_of(fake_root, normalize=rule)
+    assert _normalization(cfg) | {"rule": None} == {"mean": [mean], "std": [std], "scale": 255.0, "rule": None}
 
 
 def test_data_normalize_refused_for_synthetic_and_unknown_rules(fake_root):
