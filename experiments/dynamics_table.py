@@ -5,7 +5,9 @@
 Reads OUT/<drift|join>/<method>-s<seed>/{summary.json,metrics.jsonl} and prints, mean ± std over the seeds
 present, for drift: the final accuracy, the moved clients' accuracy before the drift (the mean of the 10 evaluated
 rounds before it) and over the 50 rounds after it, the rounds until they are back within 1 point (summary.json's
-``drift``), and the neighbour precision against the current truth just before the drift and at the end; for late
+``drift``), the neighbour precision against the current truth just before the drift and at the end, and where the
+moved clients' final lists point (neighbors.npz: the share of their entries in their new cluster and in their old
+one); for late
 joiners: the final accuracy, the joiners' and the incumbents' accuracy and precision over the rounds after the
 join (summary.json's ``join``) and the rounds until the joiners are within 1 point of the incumbents.  Writes
 one figure per condition beside the Markdown (docs/dynamics_drift.png, docs/dynamics_join.png).  A method with no
@@ -24,13 +26,33 @@ from pathlib import Path
 METHODS = ["random", "oracle", "panm_grad", "panm_loss", "pens", "dac", "ifca", "dfca", "facade", "dpfl", "cobo"]
 
 
-def runs(out: Path, cond: str, method: str) -> list[tuple[dict, list[dict]]]:
-    """Each finished run's summary and metric records."""
+def runs(out: Path, cond: str, method: str) -> list[tuple[dict, list[dict], Path]]:
+    """Each finished run's summary, metric records and folder."""
     found = []
     for p in sorted((out / cond).glob(f"{method}-s*/summary.json")):
         records = [json.loads(line) for line in (p.parent / "metrics.jsonl").read_text().splitlines() if line]
-        found.append((json.loads(p.read_text()), records))
+        found.append((json.loads(p.read_text()), records, p.parent))
     return found
+
+
+def moved_lists(folder: Path) -> tuple[float | None, float | None]:
+    """Of the moved clients' final neighbour lists (neighbors.npz), the share of entries in the client's current
+    cluster and the share in its cluster before the drift, percent (None: no lists, or nobody moved)."""
+    path = folder / "neighbors.npz"
+    if not path.exists():
+        return None, None
+    import numpy as np
+
+    z = np.load(path)
+    if "final_lists" not in z or "drift_clusters" not in z:
+        return None, None
+    first, last = z["drift_clusters"][0], z["drift_clusters"][-1]
+    entries = [(i, j) for i in np.nonzero(first != last)[0] for j in z["final_lists"][i] if j >= 0]
+    if not entries:
+        return None, None
+    now = sum(last[j] == last[i] for i, j in entries) / len(entries)
+    before = sum(first[j] == first[i] for i, j in entries) / len(entries)
+    return 100.0 * float(now), 100.0 * float(before)
 
 
 def cell(values: list[float | None], digits: int = 2) -> str:
@@ -52,7 +74,7 @@ def percent(v: float | None) -> float | None:
     return None if v is None else 100.0 * v
 
 
-def drift_row(summary: dict, records: list[dict]) -> dict:
+def drift_row(summary: dict, records: list[dict], folder: Path) -> dict:
     event = summary["drift"][0]
     t = event["round"]
     before = [r["drift_moved_accuracy"][0] for r in records if t - 10 <= r["round"] < t]
@@ -60,10 +82,11 @@ def drift_row(summary: dict, records: list[dict]) -> dict:
     return {"final": summary["final_accuracy"], "pre": statistics.mean(before) if before else None,
             "after": event["accuracy_after"], "recover": None if back is None else float(back),
             "never": back is None, "prec_before": percent(at(records, "neighbor_precision", t - 1)),
-            "prec_end": percent(summary.get("neighbor_precision"))}
+            "prec_end": percent(summary.get("neighbor_precision")),
+            **dict(zip(("lists_now", "lists_before"), moved_lists(folder), strict=True))}
 
 
-def join_row(summary: dict, records: list[dict]) -> dict:
+def join_row(summary: dict, records: list[dict], folder: Path) -> dict:
     j = summary["join"]
     back = j["catch_up_rounds"]
     return {"final": summary["final_accuracy"], "joiner": j["joiner_accuracy_after"],
@@ -75,7 +98,8 @@ def join_row(summary: dict, records: list[dict]) -> dict:
 COLUMNS = {
     "drift": [("final", "final accuracy"), ("pre", "moved: before"), ("after", "moved: 50 rounds after"),
               ("recover", "moved: rounds to recover"), ("prec_before", "precision before"),
-              ("prec_end", "precision at the end")],
+              ("prec_end", "precision at the end"), ("lists_now", "moved: lists in their new cluster"),
+              ("lists_before", "moved: lists in their old cluster")],
     "join": [("final", "final accuracy"), ("joiner", "joiners after"), ("incumbent", "incumbents after"),
              ("joiner_prec", "joiners' precision"), ("incumbent_prec", "incumbents' precision"),
              ("catch_up", "rounds to catch up")],
@@ -87,7 +111,7 @@ def table(out: Path, cond: str) -> list[str]:
     cols = COLUMNS[cond]
     lines = ["| method | seeds | " + " | ".join(t for _, t in cols) + " |", "| --- | --- |" + " --- |" * len(cols)]
     for m in METHODS:
-        rows = [make(s, r) for s, r in runs(out, cond, m)]
+        rows = [make(s, r, d) for s, r, d in runs(out, cond, m)]
         cells = []
         for key, _ in cols:
             text = cell([r[key] for r in rows], 0 if key in ("recover", "catch_up") else 2)

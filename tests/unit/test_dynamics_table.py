@@ -41,7 +41,7 @@ def test_drift_rows_read_the_summary_and_the_ten_rounds_before(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     # final 81 ± 1.41; before 75.5 ± 1.41; after 60; recover 12 (one seed never); precision 50 before, 80 at the end
     assert cells == ["dac", "2", "81.00 ± 1.41", "75.50 ± 1.41", "60.00 ± 0.00", "12 (never in 1)", "50.00 ± 0.00",
-                     "80.00 ± 0.00"]
+                     "80.00 ± 0.00", "-", "-"]                               # no neighbors.npz: no list columns
     assert next(x for x in lines if x.startswith("| oracle |")).count("-") >= 6   # no run: dashes
 
 
@@ -54,3 +54,20 @@ def test_join_rows_read_the_summary(tmp_path):
     row = next(x for x in table.table(out, "join") if x.startswith("| panm_grad |"))
     assert [c.strip() for c in row.strip("|").split("|")] == ["panm_grad", "1", "78.00", "70.00", "80.00", "-",
                                                               "90.00", "never"]
+
+
+def test_moved_clients_lists_by_hand(tmp_path):
+    """Clients 0-3 in clusters 0, 0, 1, 1; clients 0 and 2 swap clusters at the drift. Client 0's final list
+    {1, 3}: 3 is in its new cluster (1), 1 in its old (0); client 2's list {3}: its old cluster. Of 3 entries,
+    1 in the new cluster (33.33%) and 2 in the old (66.67%); client 1's list is not counted (it did not move)."""
+    import numpy as np
+
+    table, out = load_table(), tmp_path
+    drift_run(out / "drift" / "panm_grad-s0", 80.0, [70.0] * 10, None)
+    np.savez(out / "drift" / "panm_grad-s0" / "neighbors.npz", drift_clusters=np.array([[0, 0, 1, 1], [1, 0, 0, 1]]),
+             final_lists=np.array([[1, 3], [0, -1], [3, -1], [-1, -1]]))
+    assert table.moved_lists(out / "drift" / "panm_grad-s0") == (100 / 3, 200 / 3)
+    row = next(x for x in table.table(out, "drift") if x.startswith("| panm_grad |"))
+    assert [c.strip() for c in row.strip("|").split("|")][-2:] == ["33.33", "66.67"]
+    np.savez(out / "drift" / "panm_grad-s0" / "neighbors.npz", clusters=np.zeros(4))   # a method without lists
+    assert table.moved_lists(out / "drift" / "panm_grad-s0") == (None, None)
