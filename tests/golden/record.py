@@ -1,4 +1,4 @@
-"""Record the golden metrics of a short run of every registered algorithm.
+"""Record the golden metrics of a short run of every registered algorithm (and of SCENARIOS).
 
     python tests/golden/record.py            # writes tests/golden/<algorithm>.jsonl
     python tests/golden/record.py --machine  # this machine's recording, tests/golden/machines/<id>/
@@ -26,6 +26,15 @@ GOLDEN_OVERRIDES = [
     "other_sections=true",   # one config for every algorithm: each reads its own section (the run's numbers unchanged)
 ]
 WALL_TIME_KEYS = ("round_seconds", "wall_seconds", "mean_round_seconds", "process_seconds", "starts")
+# Runs of a condition rather than of an algorithm (issue 48), each a golden file under its own name: DFCA on real
+# Fashion-MNIST (8 clients of 2 rotations) whose clients move cluster at rounds 3 and 5; PANMGrad with 2 clients
+# joining at round 5, after stage one (their lists filled at HNM), from a present client's model.
+SCENARIOS = {
+    "drift_dfca": ["algorithm.name=dfca", "data.name=fmnist", "data.root=data", "data.clusters=rotation",
+                   "data.drift_rounds=[3,5]", "data.drift_fraction=0.5"],
+    "join_panm_grad": ["algorithm.name=panm_grad", "network.join_round=5", "network.join_fraction=0.25",
+                       "network.join_init=peer"],
+}
 
 
 def run_on_one_thread(cfg) -> dict:
@@ -48,7 +57,8 @@ def golden_run(name: str, out: Path) -> list[dict]:
     their number: the files must not depend on the machine's cores)."""
     from fedclust.config import load_config
 
-    run_on_one_thread(load_config(None, GOLDEN_OVERRIDES + [f"algorithm.name={name}", f"out={out}"]))
+    what = SCENARIOS.get(name, [f"algorithm.name={name}"])
+    run_on_one_thread(load_config(None, GOLDEN_OVERRIDES + what + [f"out={out}"]))
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if k not in WALL_TIME_KEYS} for r in lines]
 
@@ -59,9 +69,10 @@ def golden_summary(out: Path) -> dict:
 
 
 def algorithm_names() -> list[str]:
+    """Every registered algorithm's run, then the SCENARIOS."""
     from fedclust.algorithms import registry
 
-    return registry.names()
+    return registry.names() + list(SCENARIOS)
 
 
 def main() -> int:
