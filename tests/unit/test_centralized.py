@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import squareform
 
 from fedclust import rng
 from fedclust.algorithms import aggregation, cfl, fedgroup, fedprox, fpfc, ifca
@@ -174,6 +172,10 @@ def test_ifca_inits_are_w0_then_seeded_draws():
 
 
 def test_cfl_object_splits_like_scipy_complete_linkage():
+    # scipy imported where used: at module level every collecting worker pays for it
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+
     n, P = 8, 6
     g = torch.Generator().manual_seed(2)
     e = torch.zeros(P)

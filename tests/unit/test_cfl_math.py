@@ -4,8 +4,6 @@ scipy's complete-linkage clustering."""
 import numpy as np
 import pytest
 import torch
-from scipy.cluster.hierarchy import cut_tree, linkage
-from scipy.spatial.distance import squareform
 
 from fedclust.algorithms.cfl import (
     REFERENCE_ROUND1_NORM,
@@ -126,6 +124,10 @@ def test_split_cluster_by_hand():
 
 
 def _scipy_labels(S, k):
+    # scipy imported where used: at module level every collecting worker pays for it
+    from scipy.cluster.hierarchy import cut_tree, linkage
+    from scipy.spatial.distance import squareform
+
     D = np.clip(1.0 - S, 0.0, None)                 # monotone in -S: same complete-linkage tree
     np.fill_diagonal(D, 0.0)
     Z = linkage(squareform(D, checks=False), method="complete")
@@ -178,6 +180,9 @@ def _least_cross_similarity(S):
 
 
 def _linkage_cross(S, method):
+    from scipy.cluster.hierarchy import cut_tree, linkage
+    from scipy.spatial.distance import squareform
+
     D = np.clip(1.0 - S, 0.0, None)
     np.fill_diagonal(D, 0.0)
     side = cut_tree(linkage(squareform(D, checks=False), method=method), n_clusters=2).flatten() == 1

@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torchvision.transforms.functional import InterpolationMode
-from torchvision.transforms.functional import rotate as tv_rotate
 
 from fedclust.config import load_config
 from fedclust.data import cluster_of_clients, load_federated
@@ -72,6 +70,10 @@ def _same(a, b) -> bool:
 
 def _bilinear(images: torch.Tensor, angle: float) -> torch.Tensor:
     """torchvision's rotate, one image at a time (the reference)."""
+    # imported here: torchvision's import (it loads torch._dynamo) costs every collecting worker about a second
+    from torchvision.transforms.functional import InterpolationMode
+    from torchvision.transforms.functional import rotate as tv_rotate
+
     return torch.stack([tv_rotate(img, angle, interpolation=InterpolationMode.BILINEAR) for img in images])
 
 

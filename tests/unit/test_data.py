@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from fedclust.config import DataConfig
 from fedclust.data import (
@@ -523,6 +522,9 @@ def test_synthetic_labels_follow_cluster_model():
 
 
 def test_synthetic_distributions():
+    # scipy imported where used: at module level every collecting worker pays for it
+    from scipy import stats
+
     z = synthetic.normals(3, "test_normals", torch.arange(4), 5000).flatten().numpy()
     assert stats.kstest(z, "norm").pvalue > 1e-3
     dim, m = 8, 20000

@@ -16,13 +16,20 @@ from fedclust.data.sets import hf
 from fedclust.errors import ConfigError, DataError
 from fedclust.schema import DataConfig
 
-try:
-    import datasets
-except ImportError as err:   # fedclust[test] installs it; without it say why these tests do not run
-    pytest.skip(f"the Hugging Face `datasets` library is not installed ({err}): pip install 'fedclust[hf]'",
-                allow_module_level=True)
+datasets = None   # the Hugging Face library, set by the fixture below
 
-datasets.disable_progress_bars()
+
+@pytest.fixture(autouse=True)
+def datasets_library():
+    """Imports `datasets` when a test of this module first runs, not when the suite is collected (its import
+    costs every collecting worker about a second); without it each test skips, saying why."""
+    global datasets
+    try:
+        import datasets as library
+    except ImportError as err:   # fedclust[test] installs it; without it say why these tests do not run
+        pytest.skip(f"the Hugging Face `datasets` library is not installed ({err}): pip install 'fedclust[hf]'")
+    library.disable_progress_bars()
+    datasets = library
 
 SMALL = ["rounds=2", "stage1_rounds=1", "algorithm.k=1", "algorithm.l=2", "progress=false", "figures=false"]
 # 6 writers of 2 groups (w-a*: bright images, labels 0/1; w-b*: dark, labels 2/3), deliberately out of order

@@ -4,7 +4,6 @@ loops, scipy's K-means and hand values."""
 import numpy as np
 import pytest
 import torch
-from scipy.cluster.vq import kmeans2
 
 from fedclust import rng
 from fedclust.algorithms.fedgroup import (
@@ -110,6 +109,9 @@ def test_kmeans_pp_never_repeats_a_point_with_duplicates():
 
 
 def test_lloyd_matches_scipy_kmeans2_from_same_start():
+    # scipy imported where used: at module level every collecting worker pays for it
+    from scipy.cluster.vq import kmeans2
+
     g = torch.Generator().manual_seed(5)
     centers = torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
     x = torch.cat([c + 0.6 * torch.randn(30, 2, generator=g, dtype=torch.float64) for c in centers])

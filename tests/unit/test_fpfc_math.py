@@ -4,7 +4,6 @@ minimisation, a literal [n, n, P] loop of Algorithm 1 and a plain BFS."""
 import numpy as np
 import pytest
 import torch
-from scipy.optimize import minimize
 
 from fedclust.algorithms import fpfc
 from fedclust.config import load_config
@@ -55,6 +54,9 @@ def test_theta_shrink_matches_brute_force_1d():
 
 
 def test_theta_update_is_the_minimiser():
+    # scipy imported where used: at module level every collecting worker pays for it
+    from scipy.optimize import minimize
+
     g = torch.Generator().manual_seed(0)
     P = 5
 

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from scipy import stats
 
 from fedclust import report
 from fedclust.config import load_config
@@ -50,6 +49,9 @@ def cfg_of(path, **kw) -> DataConfig:
 
 @pytest.mark.parametrize("alpha,classes", [(0.3, 5), (0.05, 10), (2.0, 3)])
 def test_dirichlet_proportions_follow_the_dirichlet_law(alpha, classes):
+    # scipy imported where used: at module level every collecting worker pays for it
+    from scipy import stats
+
     n = 4000
     p = skew.dirichlet_proportions(11, torch.arange(n), classes, alpha).numpy()
     assert np.isfinite(p).all() and np.allclose(p.sum(1), 1.0, atol=1e-12) and (p >= 0).all()
@@ -71,6 +73,8 @@ def test_dirichlet_rows_depend_on_the_client_alone():
 
 
 def test_power_law_draws_and_sizes():
+    from scipy import stats
+
     n, a, t, floor = 5000, 1.5, 200, 10
     x = torch.exp(skew.log_pareto(3, torch.arange(n), a)).numpy()
     assert stats.kstest(x, stats.pareto(b=a).cdf).pvalue > P_MIN

@@ -8,7 +8,6 @@ from fractions import Fraction
 
 import pytest
 import torch
-from scipy.stats import hypergeom
 
 from fedclust.algorithms.cni import cni_step, draw_candidates
 from fedclust.errors import ConfigError
@@ -52,6 +51,9 @@ def paper_R(n, a, l, x):
 
 @pytest.mark.parametrize("n,a,l", [(20, 10, 5), (100, 50, 10), (100, 25, 10), (9, 3, 4)])
 def test_G_and_R_match_printed_formulas_and_scipy(n, a, l):
+    # scipy imported where used: at module level every collecting worker pays for it
+    from scipy.stats import hypergeom
+
     g = G(n, a, l)
     for x in range(l + 1):
         assert g[x] == paper_G(n, a, l, x)
@@ -110,6 +112,8 @@ def test_exact_chain_equals_cni_enumeration(n, a, l, k, rounds):
 
 def test_round_one_and_pens_equal_R_and_curve_increases():
     """P^1 = R(k) for both (Eq. 10, 11); Corollary 1: CNI's P^t rises."""
+    from scipy.stats import hypergeom
+
     n, a, l, k = 100, 50, 10, 5
     p = cni_probabilities(n, a, l, k, 6)
     e = cni_probabilities_exact(n, a, l, k, 6)
