@@ -3,24 +3,13 @@ candidates (fill; CNI's rule), or stays empty (stay: HNM's EM has no sampled nei
 
 import torch
 from panm_build import make_panm_loss
+from test_panm_em_input import loss_table  # the same hand-made losses: N = 10, clusters {0..4}, {5..9}
 
 from fedclust.algorithms.base import Context, RoundView
 from fedclust.config import Config
 from fedclust.upgrade import config as upgraded
 
 N, K = 10, 2
-
-
-def loss_table():
-    """Clusters {0..4} and {5..9}: client i's losses of its same-cluster peers, in index order, 0.01, 0.02, 0.3,
-    0.4; of the other cluster 2.0 .. 2.8 (its similarity is 1/F)."""
-    table = torch.full((N, N), 9.0, dtype=torch.float64)
-    for i in range(N):
-        same = [j for j in range(N) if j // 5 == i // 5 and j != i]
-        other = [j for j in range(N) if j // 5 != i // 5]
-        table[i, same] = torch.tensor([0.01, 0.02, 0.3, 0.4], dtype=torch.float64)
-        table[i, other] = torch.tensor([2.0, 2.2, 2.4, 2.6, 2.8], dtype=torch.float64)
-    return table
 
 
 def round_two(rule: str, empty: list[int]):
