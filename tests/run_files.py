@@ -107,7 +107,7 @@ def golden_dir() -> Path | None:
 
 def golden_here() -> bool:
     """Whether tests/golden/ holds a recording made on a machine like this one: then a run of its config, on
-    one thread per process, equals it bit for bit (tests/unit/test_golden.py)."""
+    one thread per process, equals it bit for bit (tests/integration/test_golden_runs.py)."""
     return golden_dir() is not None
 
 
@@ -140,7 +140,7 @@ def image_pool(path: Path) -> str:
 
 
 # Runs of one_and_two_runs() that a test reads on one process count only (their key's first part): the golden
-# configs' 2-process runs are compared with the golden files, which are the 1-process runs (tests/unit/test_golden.py
+# configs' 2-process runs are compared with the golden files, which are the 1-process runs (tests/integration/test_golden_runs.py
 # runs them); the runs without exchange blocks are the 1-process reference of the runs with them.
 ONLY_ON = {"golden": 2, "exchange_whole": 1}
 

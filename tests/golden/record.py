@@ -3,7 +3,7 @@
     python tests/golden/record.py            # writes tests/golden/<algorithm>.jsonl
     python tests/golden/record.py --machine  # this machine's recording, tests/golden/machines/<id>/
 
-tests/unit/test_golden.py runs the same runs and compares every number (wall
+tests/integration/test_golden_runs.py runs the same runs and compares every number (wall
 times aside).  Re-record only on a deliberate change of results, and say so
 in the commit.
 """

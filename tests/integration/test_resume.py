@@ -120,7 +120,7 @@ def assert_same_run(a, b):
 def assert_uninterrupted(name, out, nproc, reference):
     """``out`` ended exactly as an uninterrupted run of its config: the golden files where they were recorded
     with this torch and CPU (an uninterrupted run equals them bit for bit on 1 and 2 processes:
-    tests/unit/test_golden.py, tests/unit/test_plugins.py), else a run launched into ``reference``."""
+    tests/integration/test_golden_runs.py, tests/unit/test_plugins.py), else a run launched into ``reference``."""
     if golden_here():
         want, got = golden(name), results(out)
         assert [r["round"] for r in got[0]] == list(range(1, len(got[0]) + 1))   # no line lost or duplicated

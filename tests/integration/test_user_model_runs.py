@@ -1,7 +1,8 @@
 """Your own model, end to end (model=FILE.py:NAME): PANMLoss's peer losses and
 PANMGrad through a user module, what the run records of it, 1 vs 2 processes,
 a killed run resumed exactly, a resume refused after the model changed (not
-after an unrelated edit of its file), figures and W&B offline.  The launching, killing and comparing helpers are
+after an unrelated edit of its file), figures and W&B offline; every algorithm trains it batched as one client after
+another would.  The launching, killing and comparing helpers are
 tests/integration/test_resume.py's and tests/integration/test_wandb.py's."""
 
 from __future__ import annotations
@@ -16,18 +17,21 @@ import numpy as np
 import pytest
 import torch
 import wandb_offline as wo
+from record import GOLDEN_OVERRIDES
 from run_files import IMAGE_CLASSES, IMAGE_SIDE, results
 from test_resume import assert_same_run, killed_run, launch, overrides, sub_run
 from test_wandb import env as wandb_env
 
 from fedclust.config import load_config
 from fedclust.errors import ConfigError
+from fedclust.models import build_model
 from fedclust.runner import prepare, run
 
 pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).resolve().parents[1]
 MODELS = HERE / "plugins" / "user_models.py"
+DENSE = f"{MODELS}:tabular"
 SYNTHETIC_SHAPE, SYNTHETIC_CLASSES = (60,), 10          # data.name=synthetic: data.synthetic_dim, 10 classes
 SHORT = ["rounds=4", "stage1_rounds=2", "train.local_epochs=1"]
 
@@ -145,3 +149,35 @@ def test_a_killed_run_resumes_exactly_and_a_changed_model_is_refused_but_not_an_
     assert again["model_source_sha256"] == hashlib.sha256(source.read_bytes()).hexdigest() != old
     after = (tmp_path / "killed" / "metrics.jsonl").read_text()
     assert after != before and [json.loads(x)["round"] for x in after.splitlines()] == [1, 2, 3, 4]
+
+
+# ---------------------------------------------------------------- every algorithm
+
+def _run(tmp_path, name, engine):
+    """A golden-sized run (tests/golden/record.py) of ``name`` with the dense user model."""
+    out = tmp_path / f"{name}-{engine}"
+    keys = [o for o in GOLDEN_OVERRIDES if not o.startswith("model=")]
+    cfg = load_config(None, keys + [f"algorithm.name={name}", f"out={out}", f"model={DENSE}", f"engine={engine}"])
+    run(cfg, prepare(cfg))
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return records, json.loads((out / "summary.json").read_text())
+
+
+def _names():
+    from fedclust.algorithms import registry
+    return registry.builtin_names()
+
+
+@pytest.mark.parametrize("name", _names())
+def test_every_algorithm_trains_a_user_model_batched_as_one_client_after_another(tmp_path, name):
+    batched, summary = _run(tmp_path, name, "batched")
+    looped, summary_loop = _run(tmp_path, name, "loop")
+    assert summary["model_engine"] == "batched" and summary_loop["model_engine"] == "loop"
+    dense = build_model(DENSE, SYNTHETIC_SHAPE, SYNTHETIC_CLASSES)
+    assert summary["model_parameters"] == sum(p.numel() for p in dense.parameters())
+    assert len(batched) == len(looped) == 8
+    for a, b in zip(batched, looped):
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-3), (name, a["round"])
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3), (name, a["round"])
+        for key in ("neighbor_precision", "neighbor_recall", "models_received_total"):
+            assert a.get(key) == pytest.approx(b.get(key), abs=1e-9), (name, key, a["round"])

@@ -3,7 +3,7 @@ networkx draws from (seed, epoch), a graph file and what is refused in it,
 every peer method receiving only from the round's graph neighbours, its draws
 those of the plain rule restricted to them, the checks of the keys, and runs
 on a graph identical on 1 and 2 processes and after a kill and resume.  The
-complete graph changes nothing (tests/unit/test_golden.py)."""
+complete graph changes nothing (tests/integration/test_golden_runs.py)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -25,7 +23,6 @@ from fedclust.export import evaluate_run, export_run
 from fedclust.runner import prepare, run
 from fedclust.trust import UntrustedCode
 
-ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["rounds=2", "progress=false", "figures=false", "algorithm.name=random", "algorithm.k=2"]
 
 MODEL_FILE = '''import torch
@@ -215,16 +212,28 @@ def test_a_failed_re_export_leaves_the_earlier_export_whole(plain_run, tmp_path,
 
 
 def test_an_export_killed_midway_leaves_the_old_one_and_the_next_cleans_up(plain_run, tmp_path):
-    """A real SIGKILL after the new models file is written: the old export stands, whole."""
+    """A real SIGKILL after the new models file is written: the old export stands, whole.  The export runs in a
+    child forked from this process (fedclust already imported), killed by the signal as a process is."""
     export_run(plain_run, tmp_path / "x")
     before = {p.name: p.read_bytes() for p in (tmp_path / "x").iterdir()}
     small_run(plain_run, tmp_path / "clients.npz", "rounds=4")
-    script = ("import os, signal, sys\nimport fedclust.export as e\nreal = e.save_file\n"
-              "def dies(*a, **k):\n    real(*a, **k)\n    os.kill(os.getpid(), signal.SIGKILL)\n"
-              "e.save_file = dies\ne.export_run(sys.argv[1], sys.argv[2])\n")
-    proc = subprocess.run([sys.executable, "-c", script, str(plain_run), str(tmp_path / "x")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    import fedclust.export as e
+
+    pid = os.fork()
+    if pid == 0:   # the child: writes the new models file, then dies before the manifest and the swap
+        try:
+            real = e.save_file
+
+            def dies(*a, **k):
+                real(*a, **k)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            e.save_file = dies
+            e.export_run(plain_run, tmp_path / "x")
+        finally:
+            os._exit(3)   # never reached past the kill: the parent reports status 3 as a failure
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
     assert {p.name: p.read_bytes() for p in (tmp_path / "x").iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if ".export-new" in p.name]   # the killed export's folder
     export_run(plain_run, tmp_path / "x")

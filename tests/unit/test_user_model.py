@@ -244,45 +244,6 @@ def test_batch_orders_list_each_clients_own_examples_first_and_equal_counts_chan
                        rng.batch_orders(7, 3, torch.tensor([0, 2]), 2, 5))
 
 
-# ---------------------------------------------------------------- every algorithm
-
-def _run(tmp_path, name, engine):
-    """A golden-sized run (tests/golden/record.py) of ``name`` with the dense user model."""
-    import json
-    import sys
-    sys.path.insert(0, str(HERE / "golden"))
-    from record import GOLDEN_OVERRIDES  # noqa: E402
-
-    from fedclust.config import load_config
-    from fedclust.runner import prepare, run
-
-    out = tmp_path / f"{name}-{engine}"
-    overrides = [o for o in GOLDEN_OVERRIDES if not o.startswith("model=")]
-    cfg = load_config(None, overrides + [f"algorithm.name={name}", f"out={out}", f"model={DENSE}", f"engine={engine}"])
-    run(cfg, prepare(cfg))
-    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    return records, json.loads((out / "summary.json").read_text())
-
-
-def _names():
-    from fedclust.algorithms import registry
-    return registry.builtin_names()
-
-
-@pytest.mark.parametrize("name", _names())
-def test_every_algorithm_trains_a_user_model_batched_as_one_client_after_another(tmp_path, name):
-    batched, summary = _run(tmp_path, name, "batched")
-    looped, summary_loop = _run(tmp_path, name, "loop")
-    assert summary["model_engine"] == "batched" and summary_loop["model_engine"] == "loop"
-    assert summary["model_parameters"] == sum(p.numel() for p in build_model(DENSE, (60,), 10).parameters())
-    assert len(batched) == len(looped) == 8
-    for a, b in zip(batched, looped):
-        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-3), (name, a["round"])
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3), (name, a["round"])
-        for key in ("neighbor_precision", "neighbor_recall", "models_received_total"):
-            assert a.get(key) == pytest.approx(b.get(key), abs=1e-9), (name, key, a["round"])
-
-
 def test_a_model_named_by_package_module_and_name(monkeypatch):
     monkeypatch.syspath_prepend(str(HERE / "plugins"))
     net, why = make_net("user_models:tabular", SHAPE, CLASSES, "auto", "cpu")
