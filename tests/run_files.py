@@ -27,6 +27,17 @@ def results(out) -> tuple[list[dict], dict]:
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
+
+
+def experiment(name: str):
+    """The script ``experiments/<name>.py`` as a module (experiments/ is no package): its functions, for the tests of
+    the tables and data it makes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 # Algorithms whose killed and resumed 2-process runs tests/integration/test_resume.py compares with their golden files
 # (so tests/unit/test_plugins.py need not launch them on 2 processes again): one of each kind of state (PANM's
 # lists and similarities, IFCA's cluster models, FedGroup's groups); random and panm_loss keep no state of

@@ -4,20 +4,11 @@ recovered."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_table():
-    spec = importlib.util.spec_from_file_location("dynamics_table", ROOT / "experiments" / "dynamics_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from run_files import experiment
 
 
 def write_run(d: Path, summary: dict, records: list[dict]) -> None:
@@ -35,7 +26,7 @@ def drift_run(d: Path, final: float, before: list[float], back: int | None) -> N
 
 
 def test_drift_rows_read_the_summary_and_the_ten_rounds_before(tmp_path):
-    table, out = load_table(), tmp_path
+    table, out = experiment("dynamics_table"), tmp_path
     drift_run(out / "drift" / "dac-s0", 80.0, [70.0 + i for i in range(10)], 12)      # before: 74.5
     drift_run(out / "drift" / "dac-s1", 82.0, [72.0 + i for i in range(10)], None)    # before: 76.5
     lines = table.table(out, "drift")
@@ -48,7 +39,7 @@ def test_drift_rows_read_the_summary_and_the_ten_rounds_before(tmp_path):
 
 
 def test_join_rows_read_the_summary(tmp_path):
-    table, out = load_table(), tmp_path
+    table, out = experiment("dynamics_table"), tmp_path
     join = {"round": 150, "joiners": 25, "init": "initial", "joiner_accuracy_after": 70.0,
             "joiner_neighbor_precision_after": None, "incumbent_accuracy_after": 80.0,
             "incumbent_neighbor_precision_after": 0.9, "catch_up_rounds": None}
@@ -64,7 +55,7 @@ def test_moved_clients_lists_by_hand(tmp_path):
     1 in the new cluster (33.33%) and 2 in the old (66.67%); client 1's list is not counted (it did not move)."""
     import numpy as np
 
-    table, out = load_table(), tmp_path
+    table, out = experiment("dynamics_table"), tmp_path
     drift_run(out / "drift" / "panm_grad-s0", 80.0, [70.0] * 10, None)
     np.savez(out / "drift" / "panm_grad-s0" / "neighbors.npz", drift_clusters=np.array([[0, 0, 1, 1], [1, 0, 0, 1]]),
              final_lists=np.array([[1, 3], [0, -1], [3, -1], [-1, -1]]))

@@ -3,24 +3,13 @@
 swap, pixels in [0, 1]) and ``experiments/fpfc_official_convnet.py`` (its 2-convolution CNN, as a model of your own).
 Checked against the code's rule recomputed here by hand, and by a short fedclust run on such a file."""
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from run_files import experiment
 
-BENCH = Path(__file__).resolve().parents[2] / "experiments"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-data = _load("fpfc_official_fmnist_data")
+data = experiment("fpfc_official_fmnist_data")
 
 
 def _pool(n, seed):
@@ -73,7 +62,7 @@ def test_build_uses_every_image_once_swaps_per_cluster_and_scales_to_unit():
 
 
 def test_convnet_is_the_codes_shape():
-    conv = _load("fpfc_official_convnet")
+    conv = experiment("fpfc_official_convnet")
     net = conv.ConvNet((1, 28, 28), 10)
     assert [(k, tuple(v.shape)) for k, v in net.named_parameters()] == [
         ("conv1.weight", (6, 1, 5, 5)), ("conv1.bias", (6,)), ("conv2.weight", (16, 6, 5, 5)),
@@ -88,7 +77,7 @@ def test_probe_pair_step_is_the_official_server_and_reset_zeroes_the_unstepped_p
     plain loop of the code's server(), θ kept; with reset, the pairs neither of whose ends took part are 0."""
     from test_fpfc_official import LAM, RHO, XI, A, official_server
 
-    probe = _load("probe_fpfc_reset")
+    probe = experiment("probe_fpfc_reset")
     g = torch.Generator().manual_seed(1)
     n, P = 6, 5
     heads = torch.randn(n, P, generator=g, dtype=torch.float64) * 0.4

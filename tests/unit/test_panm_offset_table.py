@@ -3,18 +3,10 @@ each protocol's number worked out by hand from the records and summaries it read
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_table():
-    spec = importlib.util.spec_from_file_location("panm_offset_table", ROOT / "experiments" / "panm_offset_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from run_files import experiment
 
 
 def write_run(d: Path, summary: dict, clients: list[list[float]]) -> None:
@@ -29,7 +21,7 @@ def write_run(d: Path, summary: dict, clients: list[list[float]]) -> None:
 
 
 def test_protocols_by_hand(tmp_path):
-    t = load_table()
+    t = experiment("panm_offset_table")
     # 3 clients over 3 evaluated rounds: per-round means 60, 70, 66.67; each client's best 80, 70, 70 -> 73.33
     write_run(tmp_path / "unit" / "v0" / "local-s0", {"final_accuracy": 66.67},
               [[50.0, 60.0, 70.0], [80.0, 70.0, 60.0], [70.0, 70.0, 60.0]])
@@ -52,7 +44,7 @@ def test_protocols_by_hand(tmp_path):
 
 
 def test_best_test_is_the_mean_of_each_clients_maximum():
-    t = load_table()
+    t = experiment("panm_offset_table")
     records = [{"client_accuracy": [10.0, 90.0]}, {"client_accuracy": [30.0, 20.0]}]
     assert t.best_test(records) == 60.0              # (30 + 90) / 2, not the best round's mean (55)
     assert t.best_round([{"accuracy": 50.0}, {"accuracy": 25.0}]) == 50.0
