@@ -28,7 +28,9 @@ import math
 import re
 import textwrap
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from fedclust.errors import ConfigError
@@ -743,9 +745,18 @@ def validate_core(cfg: Config) -> None:
 # ----------------------------------------------------------------------------
 # The keys: their names, defaults, choices and meanings
 
-def _field_types(cls) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name != "sections"}
+# A class's field types, resolved once: its annotations are strings (postponed evaluation), and resolving them on
+# every lookup was 0.1 s of a small run's start
+_FIELD_TYPES: dict[type, Mapping[str, Any]] = {}
+
+
+def _field_types(cls: type) -> Mapping[str, Any]:
+    got = _FIELD_TYPES.get(cls)
+    if got is None:
+        hints = typing.get_type_hints(cls)
+        got = _FIELD_TYPES[cls] = MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(cls)
+                                                    if f.name != "sections"})
+    return got
 
 
 def _valid_keys(cls, prefix: str = "") -> list[str]:

@@ -481,3 +481,16 @@ def test_every_key_has_a_meaning():
     assert [k for k in builtin_keys() if not rows[k][1]] == []
     assert rows["train.lr_decay"][0] == "0.99" and rows["seed"][0] == "0" and rows["wandb.tags"][0] == "[]"
     assert rows["out"][0] == '""' and rows["data.download"][0] == "true" and rows["pens.count"][0] == "reference"
+
+
+@pytest.mark.parametrize("extra", [[], ["label=" + "a long label " * 12, "out='runs/données ü/a b: c'", "seed=7"],
+                                   ["algorithm.name=panm_grad", "data.root='#1: yes, no, on'", "wandb.tags=[ü, 'null']"]])
+def test_config_yaml_is_the_pure_python_emitters_text(extra):
+    """config.yaml is written with libyaml's emitter where PyYAML has it: the same text as yaml.safe_dump's."""
+    import yaml
+
+    from fedclust.configfile import dump
+    from fedclust.schema import to_dict
+
+    cfg = load_config(None, ["other_sections=true", *extra])
+    assert dump(cfg) == yaml.safe_dump(to_dict(cfg), sort_keys=False)
