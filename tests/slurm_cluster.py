@@ -105,11 +105,13 @@ def preempt(env: dict, job: str, out: Path, after_lines: int = 5, timeout: float
     wait_until(lambda: squeue_state(env, job) == "", timeout, f"job {job} to finish", poll=1.0)
 
 
-def run_one_process(config: Path, out: Path, env: dict, *overrides: str) -> None:
-    """The reference: the same resolved config run by ``fedclust run`` in one fresh process."""
-    proc = subprocess.run([sys.executable, "-m", "fedclust", "run", str(config), f"out={out}", *overrides], cwd=ROOT,
-                          env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def run_one_process(config: Path, out: Path, *overrides: str) -> None:
+    """The reference: the same resolved config run on one process, this one, on one thread (a launched run equals
+    it bit for bit: tests/integration/test_golden_runs.py; a fresh process would cost 3 s of CPU importing torch)."""
+    from record import run_on_one_thread
+
+    from fedclust.config import load_config
+
+    run_on_one_thread(load_config(str(config), [f"out={out}", *overrides]))
 
 

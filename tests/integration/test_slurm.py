@@ -33,7 +33,7 @@ def test_smoke_job_matches_one_process(slurm_env, tmp_path):
     assert proc.returncode == 0, text[-3000:]
     assert "2 tasks" in text and "rank 0 of 2" in text and "rank 1 of 2" in text   # srun started 2 ranks; both joined
     ref = tmp_path / "ref"
-    sc.run_one_process(out / "config.yaml", ref, slurm_env)
+    sc.run_one_process(out / "config.yaml", ref)
     assert summary(out) == summary(ref)
     assert metrics(out) == metrics(ref)
 
@@ -54,7 +54,7 @@ def test_preempted_job_checkpoints_requeues_and_resumes(slurm_env, tmp_path):
     stopped = int(text.split("stopped on SIGUSR1 after round ")[1].split(";")[0])
     assert 5 <= stopped < 20   # stopped mid-run, at a round boundary
     ref = tmp_path / "ref"
-    sc.run_one_process(out / "config.yaml", ref, slurm_env, "wandb.enabled=false")
+    sc.run_one_process(out / "config.yaml", ref, "wandb.enabled=false")
     assert metrics(out) == metrics(ref)   # every round once, as if never stopped
     assert summary(out) == summary(ref)
 
@@ -136,6 +136,6 @@ def test_launch_submit_task_is_requeued_and_resumes(slurm_env, tmp_path):
     logs = "".join(p.read_text() for p in (grid / ".submitit").glob("*_log.*"))
     assert f"Slurm job {job} requeued" in logs and "resuming" in logs, logs[-3000:]
     ref = tmp_path / "ref"
-    sc.run_one_process(out / "config.yaml", ref, slurm_env)
+    sc.run_one_process(out / "config.yaml", ref)
     assert metrics(out) == metrics(ref)
     assert summary(out) == summary(ref)
