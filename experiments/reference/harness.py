@@ -10,12 +10,22 @@ without momentum, weight decay or lr decay, 100 rounds, k = degree = 4.
     python3 experiments/reference/harness.py run --facade /path/to/facade --seeds 1
     python3 experiments/reference/harness.py table                              # JSON + markdown
 
+DFCA's reference (``jonaskir6/dfca`` at 93803c7, a notebook class without a command line) and FedSPD's
+(``Anonymous-Submission-for-AISTATS/FedSPD_Anonymous_Submission`` at c2e47d8) run through their own drivers,
+``dfca_ref.py`` and ``fedspd_ref.py``, which import them from a checkout; their rows run only when named:
+
+    python3 experiments/reference/harness.py setup --dfca /path/to/dfca --fedspd /path/to/fedspd
+    python3 experiments/reference/harness.py run --dfca /path/to/dfca --fedspd /path/to/fedspd \
+        --methods dfca,fedspd --no-extras --seeds 1
+
 Everything goes under ``--work`` (default ``runs/reference``, git-ignored): ``venv/`` (decentralizepy from the
 checkout, ``--system-site-packages`` so it uses the torch already installed), ``seed<S>/data/`` (``split.npz``,
-the file of clients both sides read, and ``w0.pt``, fedclust's common initial weights under seed S as a state
-dict), ``seed<S>/ref-<method>/`` (decentralizepy's config, logs and per-node results) and
-``seed<S>/fedclust-<method>/`` (a fedclust run directory).  A finished run is skipped when run again.  Each run
-is one process tree at a time, ``nice``, one thread a process.
+the file of clients both sides read, ``w0.pt``, fedclust's common initial weights under seed S as a state dict,
+``inits_dfca.pt`` / ``inits_fedspd.pt``, fedclust's 2 cluster inits of DFCA-GI and FedSPD as state dicts, and
+``graph.edges``, FedSPD's graph on both sides), ``seed<S>/ref-<method>/``
+(decentralizepy's config, logs and per-node results) and ``seed<S>/fedclust-<method>/`` (a fedclust run
+directory).  A finished run is skipped when run again.  Each run is one process tree at a time, ``nice``, one
+thread a process.
 """
 
 from __future__ import annotations
@@ -37,7 +47,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 NODES, PER_CLUSTER, TRAIN_PER_CLASS, TEST_PER_CLASS, CLASSES = 16, 8, 20, 200, 10
 ROUNDS, DEGREE, LR, BATCH = 100, 4, 0.05, 20
-METHODS = ["el_oracle", "dpsgd", "dac", "deprl", "facade"]
+METHODS = ["el_oracle", "dpsgd", "dac", "deprl", "facade"]   # decentralizepy's, run by default
+DRIVEN = {"dfca": "dfca_ref.py", "fedspd": "fedspd_ref.py"}   # run by a driver here, only when --methods names it
+DFCA_COMMIT = "93803c70cd213ecdf686e1b76a3e78c44126e35a"
+FEDSPD_COMMIT = "c2e47d83269553c955973b46c2b9e77c2f0e3212"
 
 # the reference's driver (its eval/ or tutorial/ script), node package, and config of each method: the Facade
 # benchmark's own configs (tutorial/final_exps/configs/config_CIFAR_{dpsgd,dac,deprl,idca}.ini,
@@ -80,6 +93,12 @@ FEDCLUST = {
     "dac": ["algorithm.name=dac", "dac.propagate=false", "dac.schedule=sigmoid", "dac.tau=30"],
     "deprl": ["algorithm.name=deprl", "deprl.head_epochs=1", "deprl.body_epochs=1", f"deprl.degree={DEGREE}"],
     "facade": ["algorithm.name=facade", "facade.heads=2", "facade.warmup=10", f"facade.degree={DEGREE}"],
+    # the reference's local step: τ = 10 full-batch steps (batch 200 = a client's training set), at the common lr
+    "dfca": ["algorithm.name=dfca", "dfca.clusters=2", "dfca.init=global", "train.batch_size=200",
+             "train.local_epochs=10"],
+    # the reference's first pass is local_ep epochs at local_ep = 1; its graph the split's graph.edges (fedclust_keys)
+    "fedspd": ["algorithm.name=fedspd", "fedspd.clusters=2", "fedspd.first_epochs=1", "fedspd.finetune_rounds=5",
+               "fedspd.finetune_epochs=1", "network.graph=file"],
 }
 FEDCLUST_RUN = {"dpsgd": "el_oracle"}   # one fedclust run serves both rows
 # fedclust's own defaults where they differ from the fork's, beside the reference of the same method
@@ -120,26 +139,58 @@ def venv_python(work: Path) -> Path:
     return work / "venv" / "bin" / "python"
 
 
+def dfca_code(path: str) -> Path:
+    code = Path(path).resolve() / "mnist" / "notebooks" / "exp_1"
+    if not (code / "dfca.py").exists():
+        raise SystemExit(f"{path} is not a checkout of jonaskir6/dfca (no mnist/notebooks/exp_1/dfca.py)")
+    return code
+
+
+def fedspd_code(path: str) -> Path:
+    code = Path(path).resolve() / "src"
+    if not (code / "main.py").exists() or not (code / "train.py").exists():
+        raise SystemExit(f"{path} is not a checkout of FedSPD_Anonymous_Submission (no src/main.py)")
+    return code
+
+
 def setup(args) -> None:
-    facade = Path(args.facade).resolve()
-    if not (facade / "src" / "decentralizepy").is_dir():
-        raise SystemExit(f"{facade} is not a checkout of sacs-epfl/facade (no src/decentralizepy)")
+    """The venv, with decentralizepy from ``--facade`` and/or what DFCA's (``--dfca``) and FedSPD's (``--fedspd``)
+    code import."""
+    if not args.facade and not args.dfca and not args.fedspd:
+        raise SystemExit("setup needs --facade, --dfca and/or --fedspd")
     venv = Path(args.work) / "venv"
     if not venv_python(Path(args.work)).exists():
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     pip = [str(venv_python(Path(args.work))), "-m", "pip", "install", "-q"]
-    # decentralizepy itself without its pinned-free dependency list (torch, torchvision, numpy come from the
-    # system site); only what the five nodes import
-    # (editable: the fork's src/decentralizepy/utils_decpy has no __init__.py, which a plain install leaves out)
-    subprocess.run([*pip, "--no-deps", "-e", str(facade)], check=True)
-    subprocess.run([*pip, "pyzmq", "localconfig", "smallworld", "networkx", "matplotlib"], check=True)
-    probe = "import decentralizepy, zmq, localconfig, torch; print('decentralizepy from', decentralizepy.__file__)"
-    subprocess.run([str(venv_python(Path(args.work))), "-c", probe], check=True)
+    if args.facade:
+        facade = Path(args.facade).resolve()
+        if not (facade / "src" / "decentralizepy").is_dir():
+            raise SystemExit(f"{facade} is not a checkout of sacs-epfl/facade (no src/decentralizepy)")
+        # decentralizepy itself without its pinned-free dependency list (torch, torchvision, numpy come from the
+        # system site); only what the five nodes import
+        # (editable: the fork's src/decentralizepy/utils_decpy has no __init__.py, which a plain install leaves out)
+        subprocess.run([*pip, "--no-deps", "-e", str(facade)], check=True)
+        subprocess.run([*pip, "pyzmq", "localconfig", "smallworld", "networkx", "matplotlib"], check=True)
+        probe = "import decentralizepy, zmq, localconfig, torch; print('decentralizepy from', decentralizepy.__file__)"
+        subprocess.run([str(venv_python(Path(args.work))), "-c", probe], check=True)
+    if args.dfca:
+        # dfca.py imports seaborn (unused) and sklearn's confusion_matrix (its cluster accuracy, every round)
+        subprocess.run([*pip, "scikit-learn", "seaborn", "matplotlib", "scipy"], check=True)
+        probe = (f"import sys; sys.path.insert(0, {str(dfca_code(args.dfca))!r}); import dfca; "
+                 "print('dfca from', dfca.__file__)")
+        subprocess.run([str(venv_python(Path(args.work))), "-c", probe], check=True, env=nice_env())
+    if args.fedspd:
+        # main.py imports tensorboardX (a loss scalar a batch), utils.py igraph (its BA graph only)
+        subprocess.run([*pip, "tensorboardX", "igraph", "tqdm", "scipy"], check=True)
+        probe = (f"import sys; sys.path.insert(0, {str(fedspd_code(args.fedspd))!r}); import utils, train, update, "
+                 "models, tensorboardX; print('fedspd from', utils.__file__)")
+        subprocess.run([str(venv_python(Path(args.work))), "-c", probe], check=True, env=nice_env())
 
 
 # ---------------------------------------------------------------------------------------------------- split
 def write_split(root: str, seed: int, out: Path) -> None:
-    """``split.npz`` (fedclust's file of clients: x/y/client of each split, cluster) and ``w0.pt``."""
+    """``split.npz`` (fedclust's file of clients: x/y/client of each split, cluster), ``w0.pt`` and
+    ``inits_dfca.pt``."""
     import torch
 
     from fedclust.data.partition import rotate_images
@@ -171,9 +222,45 @@ def write_split(root: str, seed: int, out: Path) -> None:
              client_test=np.repeat(np.arange(NODES), len(test)),
              cluster=cluster.astype(np.int64), num_classes=np.int64(CLASSES))
     layout, w0 = initial_weights("mlp", (1, 28, 28), CLASSES, seed)   # fedclust's common w0 of a run of seed
-    state = {name: w0[off:off + int(np.prod(shape))].reshape(shape).clone()
-             for name, shape, off in zip(layout.names, layout.shapes, layout.offsets)}
-    torch.save(state, out / "w0.pt")
+    torch.save(state_dict(layout, w0), out / "w0.pt")
+    write_inits(seed, out)
+
+
+def state_dict(layout, flat):
+    """The named tensors of a flat parameter vector of fedclust's ``layout`` (fc1.weight, ...)."""
+    return {name: flat[off:off + int(np.prod(shape))].reshape(shape).clone()
+            for name, shape, off in zip(layout.names, layout.shapes, layout.offsets)}
+
+
+def write_inits(seed: int, out: Path, k: int = 2) -> None:
+    """``inits_dfca.pt`` and ``inits_fedspd.pt``: the k initial cluster models of fedclust's DFCA-GI and FedSPD in a
+    run of ``seed`` (``w0``, then the model's init under ``cluster_inits``' seeds of their streams), each a list of
+    state dicts; and ``graph.edges``.  2k model builds."""
+    import torch
+
+    from fedclust.algorithms import dfca, fedspd
+    from fedclust.algorithms.cluster_models import cluster_inits
+    from fedclust.models import initial_weights
+
+    layout, w0 = initial_weights("mlp", (1, 28, 28), CLASSES, seed)
+    for name, stream in (("dfca", dfca.INIT_STREAM), ("fedspd", fedspd.INIT_STREAM)):
+        rows = cluster_inits(w0, k, seed, lambda s: initial_weights("mlp", (1, 28, 28), CLASSES, s)[1],
+                             stream=stream)
+        torch.save([state_dict(layout, row) for row in rows], out / f"inits_{name}.pt")
+    write_graph(seed, out)
+
+
+def write_graph(seed: int, out: Path) -> None:
+    """``graph.edges``: a connected random ``DEGREE``-regular graph on the nodes (networkx, seeded), "i j" lines,
+    no self-loops: FedSPD's graph on both sides (the reference's ER(16, 0.25) can be disconnected, which
+    fedclust's file graph refuses)."""
+    import networkx as nx
+
+    for attempt in range(100):
+        g = nx.random_regular_graph(DEGREE, NODES, seed=seed * 1000 + attempt)
+        if nx.is_connected(g):
+            break
+    (out / "graph.edges").write_text("".join(f"{i} {j}\n" for i, j in sorted(tuple(sorted(e)) for e in g.edges)))
 
 
 # ---------------------------------------------------------------------------------------------------- reference
@@ -221,6 +308,15 @@ def finished(logs: Path) -> int | None:
     return None
 
 
+def reference_command(args, method: str, seed: int, data: Path, folder: Path) -> list[str]:
+    """The command of a reference run by its own driver here (``DRIVEN``)."""
+    checkout = {"dfca": args.dfca, "fedspd": args.fedspd}[method]
+    cmd = [str(venv_python(Path(args.work))), str(HERE / DRIVEN[method]), f"--{method}", str(Path(checkout).resolve()),
+           "--data", str(data.resolve()), "--seed", str(seed), "--rounds", str(ROUNDS), "--lr", str(LR),
+           "--out", str(folder.resolve())]
+    return cmd + (["--batch", str(BATCH)] if method == "fedspd" else [])
+
+
 def run_reference(args, method: str, seed: int, data: Path, folder: Path) -> None:
     logs = folder / "logs"
     if (folder / "done.json").exists():
@@ -231,6 +327,16 @@ def run_reference(args, method: str, seed: int, data: Path, folder: Path) -> Non
     if folder.exists():
         shutil.rmtree(folder)
     logs.mkdir(parents=True)
+    if method in DRIVEN:
+        cmd = reference_command(args, method, seed, data, folder)
+        env = dict(nice_env(), CUDA_VISIBLE_DEVICES="")   # FedSPD's main.py puts its models on a GPU, its data not
+        seconds = run_logged(cmd, folder / "driver.log", env, cwd=folder)
+        uid = finished(logs)
+        if uid is not None:
+            raise SystemExit(f"reference {method}, seed {seed}: node {uid} has no round {ROUNDS}; see "
+                             f"{folder}/driver.log")
+        (folder / "done.json").write_text(json.dumps({"seconds": seconds, "command": " ".join(cmd)}) + "\n")
+        return
     cfg = ref_config(method, seed, data, folder)
     facade = Path(args.facade).resolve()
     r = REF[method]
@@ -260,7 +366,8 @@ def run_reference(args, method: str, seed: int, data: Path, folder: Path) -> Non
 
 # ---------------------------------------------------------------------------------------------------- fedclust
 def fedclust_keys(method: str, seed: int, data: Path) -> list[str]:
-    return [*COMMON_KEYS, f"seed={seed}", f"data.path={data / 'split.npz'}", *FEDCLUST[method]]
+    graph = [f"network.path={data / 'graph.edges'}"] if "network.graph=file" in FEDCLUST[method] else []
+    return [*COMMON_KEYS, f"seed={seed}", f"data.path={data / 'split.npz'}", *FEDCLUST[method], *graph]
 
 
 def run_fedclust(method: str, seed: int, data: Path, folder: Path) -> None:
@@ -275,13 +382,31 @@ def run_fedclust(method: str, seed: int, data: Path, folder: Path) -> None:
 def run(args) -> None:
     work = Path(args.work)
     if not venv_python(work).exists():
-        raise SystemExit(f"no venv at {work / 'venv'}: run `harness.py setup --facade PATH` first")
+        raise SystemExit(f"no venv at {work / 'venv'}: run `harness.py setup --facade PATH` (or --dfca PATH) first")
     methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS + list(DRIVEN)]
+    if unknown:
+        raise SystemExit(f"unknown methods {unknown}: choose among {METHODS + list(DRIVEN)}")
+    if not args.fedclust_only:
+        if not args.facade and any(m in METHODS for m in methods):
+            raise SystemExit("decentralizepy's methods need --facade")
+        if "dfca" in methods:
+            if not args.dfca:
+                raise SystemExit("the dfca row needs --dfca (a checkout of jonaskir6/dfca)")
+            dfca_code(args.dfca)
+        if "fedspd" in methods:
+            if not args.fedspd:
+                raise SystemExit("the fedspd row needs --fedspd (a checkout of FedSPD_Anonymous_Submission)")
+            fedspd_code(args.fedspd)
+        if args.per_node_init and any(m in DRIVEN for m in methods):
+            raise SystemExit("--per-node-init: not wired for the dfca and fedspd rows")
     for seed in [int(s) for s in args.seeds.split(",")]:
         base = work / f"seed{seed}"
         data = base / "data"
         if not (data / "split.npz").exists():
             write_split(args.root, seed, data)
+        if any(m in DRIVEN for m in methods) and not (data / "inits_fedspd.pt").exists():   # an older split
+            write_inits(seed, data)
         for m in methods + ([] if args.no_extras or args.reference_only else list(EXTRA)):
             if m in EXTRA:
                 print(f"seed {seed} fedclust {m} ...", flush=True)
@@ -318,7 +443,7 @@ def read_reference(folder: Path, cluster: np.ndarray) -> dict | None:
     logs = folder / "logs"
     if not (folder / "done.json").exists():
         return None
-    acc_last, acc_after, best_idx, chosen, same = [], [], [], [], []
+    acc_last, acc_after, best_idx, chosen, same, best_of_k = [], [], [], [], [], []
     for uid in range(NODES):
         res = json.loads((logs / f"{uid}_results.json").read_text())
         keys = sorted(res["test_acc"], key=int)
@@ -326,6 +451,8 @@ def read_reference(folder: Path, cluster: np.ndarray) -> dict | None:
         acc_after.append(res["test_acc"][keys[-1]] if int(keys[-1]) > ROUNDS else None)
         if "test_best_model_idx" in res:
             best_idx.append(res["test_best_model_idx"][str(ROUNDS)])
+        if "test_acc_best_of_k" in res:
+            best_of_k.append(res["test_acc_best_of_k"][str(ROUNDS)])
         text = (logs / f"{uid}.log").read_text(errors="replace") if (logs / f"{uid}.log").exists() else ""
         picks = re.findall(r"Best model chosen:(\d+)", text.split("Final evaluation (after all-reduce)")[0])
         if picks:
@@ -338,6 +465,8 @@ def read_reference(folder: Path, cluster: np.ndarray) -> dict | None:
            "seconds": json.loads((folder / "done.json").read_text())["seconds"]}
     if all(a is not None for a in acc_after):
         out["accuracy_after_all_reduce"] = float(np.mean(acc_after))
+    if len(best_of_k) == NODES:
+        out["accuracy_best_of_k"] = float(np.mean(best_of_k))
     if len(best_idx) == NODES:
         out["ari_reported_head"] = ari(best_idx, cluster)
     if len(chosen) == NODES:
@@ -354,7 +483,7 @@ def read_fedclust(folder: Path) -> dict | None:
     s = json.loads(p.read_text())
     out = {"accuracy": s.get("final_accuracy")}
     for key in ("ari", "neighbor_precision", "num_clusters", "final_accuracy_oracle_head", "worst_cluster_accuracy",
-                "wall_seconds"):
+                "final_accuracy_best_of_k", "wall_seconds"):
         if s.get(key) is not None:
             out[key] = s[key]
     return out
@@ -367,7 +496,7 @@ def table(args) -> None:
     for seed in seeds:
         base = work / f"seed{seed}"
         cluster = np.load(base / "data" / "split.npz")["cluster"]
-        for m in METHODS + list(EXTRA):
+        for m in METHODS + list(DRIVEN) + list(EXTRA):
             for tag, folder in (("reference", base / f"ref-{m}"),
                                 ("reference_per_node_init", base / f"ref-{m}-pernode"),
                                 ("fedclust", base / f"fedclust-{FEDCLUST_RUN.get(m, m)}")):
@@ -386,6 +515,8 @@ def table(args) -> None:
            f"{os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"), "seeds": seeds,
            "fedclust_commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                                              text=True).stdout.strip(),
+           "dfca_commit": DFCA_COMMIT if "dfca" in rows else None,
+           "fedspd_commit": FEDSPD_COMMIT if "fedspd" in rows else None,
            "fedclust_keys": {m: [*COMMON_KEYS, *FEDCLUST[m]] for m in FEDCLUST}, "rows": rows}
     out = Path(args.json or work / "results_reference.json")
     out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -400,7 +531,7 @@ def table(args) -> None:
     print("| method | reference (seeds) | reference after its final all-reduce | fedclust (seeds) | gap (seeds) | "
           "clusters, reference | clusters, fedclust |")
     print("|---|---|---|---|---|---|---|")
-    for m in METHODS + list(EXTRA):
+    for m in METHODS + list(DRIVEN) + list(EXTRA):
         refm = EXTRA[m][0] if m in EXTRA else m
         ref, fed = mean("reference", refm), mean("fedclust", m)
         after = mean("reference", refm, "accuracy_after_all_reduce")
@@ -410,14 +541,16 @@ def table(args) -> None:
                                     f"({len(both)})")
         rc = []
         for key, label in (("same_cluster_share_last20", "same-cluster share of pulls, last 20 rounds"),
-                           ("ari_trained_head", "ARI of trained head"), ("ari_reported_head", "ARI of reported head")):
+                           ("ari_trained_head", "ARI of trained head"), ("ari_reported_head", "ARI of reported head"),
+                           ("accuracy_best_of_k", "best-of-k accuracy")):
             v = mean("reference", refm, key)
             if v[0] is not None:
                 rc.append(f"{label} {v[0]:.2f}")
         fc = []
         for key, label in (("num_clusters", "clusters found"), ("ari", "ARI"),
                            ("neighbor_precision", "same-cluster share of neighbours"),
-                           ("final_accuracy_oracle_head", "oracle-head accuracy")):
+                           ("final_accuracy_oracle_head", "oracle-head accuracy"),
+                           ("final_accuracy_best_of_k", "best-of-k accuracy")):
             v = mean("fedclust", m, key)
             if v[0] is not None:
                 fc.append(f"{label} {v[0]:.2f}")
@@ -426,7 +559,7 @@ def table(args) -> None:
     print("\nEach seed, reference / fedclust (the reference after its final all-reduce in brackets):\n")
     print("| method | " + " | ".join(f"seed {seed}" for seed in seeds) + " |")
     print("|---|" + "---|" * len(seeds))
-    for m in METHODS + list(EXTRA):
+    for m in METHODS + list(DRIVEN) + list(EXTRA):
         refm = EXTRA[m][0] if m in EXTRA else m
         cells = []
         for seed in seeds:
@@ -444,15 +577,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", default=str(REPO / "runs" / "reference"), help="venv, splits and runs (git-ignored)")
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("setup", help="create the venv and install decentralizepy from the checkout")
-    s.add_argument("--facade", required=True, help="a checkout of sacs-epfl/facade")
-    s = sub.add_parser("split", help="write the split and w0 of a seed")
+    s = sub.add_parser("setup", help="create the venv: decentralizepy from --facade, the imports of --dfca, --fedspd")
+    s.add_argument("--facade", default=None, help="a checkout of sacs-epfl/facade")
+    s.add_argument("--dfca", default=None, help="a checkout of jonaskir6/dfca (its imports, and a probe)")
+    s.add_argument("--fedspd", default=None, help="a checkout of FedSPD_Anonymous_Submission (its imports, a probe)")
+    s = sub.add_parser("split", help="write the split, w0, the cluster inits and graph of a seed")
     s.add_argument("--seed", type=int, default=1)
     s.add_argument("--root", default=str(REPO / "data"), help="Fashion-MNIST's folder (else the Debian package's)")
     s = sub.add_parser("run", help="run both sides, one run at a time")
-    s.add_argument("--facade", required=True)
+    s.add_argument("--facade", default=None, help="a checkout of sacs-epfl/facade (decentralizepy's methods)")
+    s.add_argument("--dfca", default=None, help="a checkout of jonaskir6/dfca at 93803c7 (the dfca row)")
+    s.add_argument("--fedspd", default=None, help="a checkout of FedSPD_Anonymous_Submission at c2e47d8 (fedspd row)")
     s.add_argument("--seeds", default="1")
-    s.add_argument("--methods", default=",".join(METHODS))
+    s.add_argument("--methods", default=",".join(METHODS), help=f"of {','.join(METHODS + list(DRIVEN))}")
     s.add_argument("--root", default=str(REPO / "data"))
     s.add_argument("--per-node-init", action="store_true",
                    help="the reference keeps its own per-node initial weights (runs go to ref-<method>-pernode)")
