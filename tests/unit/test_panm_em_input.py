@@ -155,6 +155,7 @@ def test_panm_loss_stage_two_by_em_input(em_variance):
 
 
 def test_em_input_config():
+    registry.load_builtin()   # every built-in section in the Config, also where this module runs alone
     cfg = Config()
     assert cfg.panm.em_input == "neg_loss"
     assert make_panm_loss(cfg).panm.em_input == "neg_loss"
