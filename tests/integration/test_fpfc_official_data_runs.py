@@ -1,11 +1,12 @@
-"""The whole-run tests of tests/unit/test_fpfc_official_data.py's subject (runs in this process or launched ones); the unit
-tests are in that file."""
+"""The whole-run tests of tests/unit/test_fpfc_official_data.py's subject (runs in this process or launched ones);
+the unit tests are in that file."""
 
 import json
 from pathlib import Path
 
 import numpy as np
-from test_fpfc_official_data import BENCH, _pool, data  # noqa: E402
+from run_files import ROOT
+from test_fpfc_official_data import _pool, data
 
 
 def test_a_short_run_on_the_codes_data_and_cnn(tmp_path):
@@ -20,7 +21,8 @@ def test_a_short_run_on_the_codes_data_and_cnn(tmp_path):
     root = Path(__file__).resolve().parents[2]
     cfg = load_config(str(root / "configs" / "fpfc_official_fmnist.yaml"), [
         "data.name=npz", f"data.path={tmp_path / 'code.npz'}", "clients=8", "rounds=2", "train.local_epochs=1",
-        f"model={BENCH / 'fpfc_official_convnet.py'}:ConvNet", f"out={tmp_path / 'run'}", "progress=false"])
+        f"model={ROOT / 'experiments' / 'fpfc_official_convnet.py'}:ConvNet", f"out={tmp_path / 'run'}",
+        "progress=false"])
     summary = run(cfg, prepare(cfg))
     assert summary["rounds_completed"] == 2
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
