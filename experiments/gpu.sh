@@ -7,6 +7,7 @@
 #     workload fmnist_rotation2_<algorithm>_round, the median round seconds of each stage;
 #   - a whole-run record: CIFAR-10-shaped generated images (an npz pool, data.name=npz), 4 rotations, PANMGrad,
 #     the CNN, n = 100: workload cifar10_rotation4_panm_grad, rounds, seconds (end to end, process start included);
+#     then the same run profiled by phase (experiments/profile_run.py: $OUT/profile.json, $OUT/profile.md);
 #   - bench-scale records at 10,000 MLP clients (Random, PANMGrad): workload scale_<algorithm>_<clients>, with
 #     PyTorch's default arithmetic and again with precision=tf32 (..._tf32), and the MLP bench rows on TF32.
 # Every record carries device and torch.  Runs on a CPU too: QUICK=1 shrinks every part to seconds or minutes.
@@ -26,9 +27,10 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 if [[ $QUICK == 1 ]]; then
   BENCH="--quick"; ROUNDS="--rounds 3 --stage1 2"; RUN="clients=8 rounds=3 stage1_rounds=2 algorithm.l=4 algorithm.k=2 data.train_size=20 data.test_size=10"
-  SCALE="--clients 200 --rounds 2"; POOL=2000
+  SCALE="--clients 200 --rounds 2"; POOL=2000; PROFILE="--skip 1 --rounds 2"
 else
   BENCH=""; ROUNDS="--rounds 8 --stage1 4 --cycles 2"; RUN=""; SCALE="--clients 10000 --rounds 3"; POOL=20000
+  PROFILE="rounds=110 --skip 100 --rounds 10"   # 10 rounds of stage two (T1 = 100 in configs/cifar_rotation4.yaml)
 fi
 nvidia-smi -L 2>/dev/null
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0), 'tf32 conv', torch.backends.cudnn.allow_tf32, 'tf32 matmul', torch.backends.cuda.matmul.allow_tf32)"
@@ -62,6 +64,14 @@ $FC run configs/cifar_rotation4.yaml data.name=npz data.path="$OUT/cifar_pool.np
   || { echo "CIFAR-shaped run failed"; tail -5 "$OUT/cifar_run.log"; }
 t1=$(date +%s.%N)
 echo "{\"seconds\": $(python3 -c "print($t1 - $t0)")}" > "$OUT/cifar_time.json"
+
+echo "== the CIFAR-shaped run profiled by phase ($(elapsed) s)"
+# issue 47 part 2: training, gather, similarity, aggregation, evaluation, records, host work; top kernels
+# shellcheck disable=SC2086
+python3 experiments/profile_run.py configs/cifar_rotation4.yaml data.name=npz data.path="$OUT/cifar_pool.npz" \
+  model=cnn algorithm.name=panm_grad device="$DEVICE" progress=false figures=false overwrite=true \
+  out="$OUT/cifar_profile" $RUN $PROFILE --json "$OUT/profile.json" > "$OUT/profile.md" 2>&1 \
+  || { echo "profile failed"; tail -5 "$OUT/profile.md"; }
 
 echo "== bench-scale ($(elapsed) s)"
 for a in random panm_grad; do
