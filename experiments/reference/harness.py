@@ -330,12 +330,7 @@ def run_reference(args, method: str, seed: int, data: Path, folder: Path) -> Non
     if method in DRIVEN:
         cmd = reference_command(args, method, seed, data, folder)
         env = dict(nice_env(), CUDA_VISIBLE_DEVICES="")   # FedSPD's main.py puts its models on a GPU, its data not
-        seconds = run_logged(cmd, folder / "driver.log", env, cwd=folder)
-        uid = finished(logs)
-        if uid is not None:
-            raise SystemExit(f"reference {method}, seed {seed}: node {uid} has no round {ROUNDS}; see "
-                             f"{folder}/driver.log")
-        (folder / "done.json").write_text(json.dumps({"seconds": seconds, "command": " ".join(cmd)}) + "\n")
+        run_and_mark(cmd, env, folder, f"reference {method}, seed {seed}")
         return
     cfg = ref_config(method, seed, data, folder)
     facade = Path(args.facade).resolve()
@@ -355,12 +350,17 @@ def run_reference(args, method: str, seed: int, data: Path, folder: Path) -> Non
     env["PYTHONPATH"] = str(HERE)
     if not args.per_node_init:
         env["FEDCLUST_REF_W0"] = str(data)
+    run_and_mark(cmd, env, folder, f"reference {method}, seed {seed}")
+
+
+def run_and_mark(cmd: list[str], env: dict, folder: Path, what: str) -> None:
+    """Run a reference's command in ``folder`` (its output in driver.log), then mark it done (done.json: seconds,
+    command) when every node wrote round ROUNDS: a driver exits 0 when its node processes die."""
     seconds = run_logged(cmd, folder / "driver.log", env, cwd=folder)
-    # the driver exits 0 when its node processes die: a run is done when every node wrote round 100
-    uid = finished(logs)
+    uid = finished(folder / "logs")
     if uid is not None:
-        raise SystemExit(f"reference {method}, seed {seed}: node {uid} did not finish; see {folder}/driver.log "
-                         f"and {logs}/{uid}.log")
+        raise SystemExit(f"{what}: node {uid} did not finish round {ROUNDS}; see {folder}/driver.log and "
+                         f"{folder}/logs/{uid}.log")
     (folder / "done.json").write_text(json.dumps({"seconds": seconds, "command": " ".join(cmd)}) + "\n")
 
 

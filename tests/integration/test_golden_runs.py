@@ -20,18 +20,18 @@ FILES = HERE or GOLDEN            # else the first recording, compared to 1e-6
 NAMES = sorted(p.stem for p in GOLDEN.glob("*.jsonl"))   # each with <name>.summary.json
 
 
-
-
-def _compare(got, want, where):
+def _compare(got, want, where, close=not SAME_ENV):
+    """``got`` equals ``want``, key by key and item by item; floats to 1e-6 where ``close`` (another machine's
+    recording), else bit for bit."""
     if isinstance(want, dict):
         assert sorted(got) == sorted(want), where
         for k in want:
-            _compare(got[k], want[k], f"{where}.{k}")
+            _compare(got[k], want[k], f"{where}.{k}", close)
     elif isinstance(want, list):
         assert len(got) == len(want), where
         for i, (g, w) in enumerate(zip(got, want)):
-            _compare(g, w, f"{where}[{i}]")
-    elif isinstance(want, float) and not SAME_ENV:
+            _compare(g, w, f"{where}[{i}]", close)
+    elif isinstance(want, float) and close:
         assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9), where
     else:
         assert got == want, f"{where}: {got!r} != golden {want!r}"
@@ -78,19 +78,4 @@ def test_each_machines_recording_agrees_with_the_first(machine):
                 json.loads((d / file).read_text())
             b = [json.loads(x) for x in (GOLDEN / file).read_text().splitlines()] if file.endswith("l") else \
                 json.loads((GOLDEN / file).read_text())
-            _close(a, b, f"{machine}/{file}")
-
-
-def _close(got, want, where):
-    if isinstance(want, dict):
-        assert sorted(got) == sorted(want), where
-        for k in want:
-            _close(got[k], want[k], f"{where}.{k}")
-    elif isinstance(want, list):
-        assert len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want)):
-            _close(g, w, f"{where}[{i}]")
-    elif isinstance(want, float):
-        assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9), where
-    else:
-        assert got == want, where
+            _compare(a, b, f"{machine}/{file}", close=True)
