@@ -43,9 +43,7 @@ def test_protocols_by_hand(tmp_path):
     assert len(lines) == 2 + 9
 
 
-def test_best_test_is_the_mean_of_each_clients_maximum():
+def test_best_round_is_the_highest_round_mean():
     t = experiment("panm_offset_table")
-    records = [{"client_accuracy": [10.0, 90.0]}, {"client_accuracy": [30.0, 20.0]}]
-    assert t.best_test(records) == 60.0              # (30 + 90) / 2, not the best round's mean (55)
-    assert t.best_round([{"accuracy": 50.0}, {"accuracy": 25.0}]) == 50.0
-    assert t.best_test([]) is None
+    assert t.best_round([{"accuracy": 50.0}, {"accuracy": 25.0}]) == 50.0   # (the best test: test_report.py)
+    assert t.best_round([]) is None

@@ -9,6 +9,7 @@ import statistics
 import numpy as np
 import pytest
 import yaml
+from pathlib import Path
 
 from fedclust import report
 
@@ -598,3 +599,37 @@ def test_curves_into_a_folder_that_does_not_exist_makes_it_and_a_bad_path_is_one
         assert rc == 2 and "Traceback" not in err, err
         assert err.strip().splitlines() == [err.strip().splitlines()[0]]
         assert err.startswith(f"fedclust report: error: --curves {bad}: {words}")
+
+
+def test_best_test_accuracy_is_each_clients_best_round_read_from_the_records_beside_the_paper(tmp_path, capsys):
+    """By hand: PANMGrad's 3 clients over 3 evaluated rounds (a round without evaluation, a round recorded twice
+    whose last line counts, a torn last line) reach 80, 75, 90 at their best rounds -> 81.67, though no one round's
+    mean passes 73.33; Random's 2 clients 70 and 84 -> 77.0 (a client absent throughout is left out); the paper's
+    number beside both and the gap to Random by this reading: +4.67."""
+    rows = [{"round": 1, "accuracy": 60.0, "client_accuracy": [50.0, 60.0, 70.0]},
+            {"round": 2, "train_loss": 0.4},
+            {"round": 3, "accuracy": 99.0, "client_accuracy": [99.0, 99.0, 99.0]},   # replaced below: resumed
+            {"round": 3, "accuracy": 73.33, "client_accuracy": [80.0, 50.0, 90.0]},
+            {"round": 4, "accuracy": 66.67, "client_accuracy": [60.0, 75.0, 65.0]}]
+    lines = [json.dumps(r) for r in rows] + ['{"round": 5, "accuracy": 7']
+    panm = write_run(tmp_path, "panm", summary("panm_grad", 0, 66.67), lines=lines)
+    rand = write_run(tmp_path, "random", summary("random", 0, 70.0), lines=[
+        json.dumps({"round": 1, "client_accuracy": [70.0, 80.0, None]}),
+        json.dumps({"round": 2, "client_accuracy": [60.0, 84.0, None]})])
+    bare = write_run(tmp_path, "bare", summary("local", 0, 70.0), lines=[json.dumps({"round": 1, "accuracy": 70.0})])
+    assert report.best_test_accuracy(Path(panm)) == pytest.approx((80 + 75 + 90) / 3)
+    assert report.best_test_accuracy(Path(rand)) == pytest.approx(77.0)
+    assert report.best_test_accuracy(Path(bare)) is None            # no per-client accuracies recorded
+    assert report.best_test_accuracy(tmp_path / "none") is None
+    rc, out, _ = run_report(capsys, [panm, rand, bare, "--metrics", "final_accuracy,best_test_accuracy"])
+    assert rc == 0
+    head, got = md_table(out, "Mean of each client's best test accuracy over the rounds (%)")
+    assert head == ["method", "seeds", "fmnist, rotation 2", "vs random", "paper", "paper vs random"]
+    assert got["panm_grad"] == ["1", "81.67", "+4.67", "86.88 ± 0.34", "+0.94"]
+    assert got["random"] == ["1", "77.00", "", "85.94 ± 0.27", ""]
+    assert got["local"] == ["1", "", "", "76.24 ± 0.22", "-9.70"]
+    rc, out, _ = run_report(capsys, [panm, rand, "--format", "csv", "--metrics", "final_accuracy,best_test_accuracy"])
+    recs = [(r["label"], r["metric"], float(r["mean"])) for r in csv.DictReader(io.StringIO(out))]
+    assert [m for lab, m, _ in recs if lab == "panm_grad"].count("paper_final_accuracy") == 1   # once, not per reading
+    assert ("panm_grad", "best_test_accuracy_gap_to_random", pytest.approx(81.6666667 - 77.0)) in recs
+    assert ("panm_grad", "gap_to_random", pytest.approx(66.67 - 70.0)) in recs
