@@ -6,6 +6,9 @@
 #
 #   SEEDS="0" OUT=runs/network bash experiments/network_conditions.sh
 #   SET=graphs bash experiments/network_conditions.sh      # only (i); SET=offline, SET=attack likewise
+#   SET=offline ONLY="offline10 offline30 offline50" METHODS="panm_grad panm_loss" \
+#     EXTRA=panm.silent_neighbours=keep OUT=runs/network_keep bash experiments/network_conditions.sh
+#                                      # some conditions (ONLY) and methods (METHODS) only, a key on every run
 #
 # Conditions (the k a method averages with must fit a client's neighbours: the ring has 2, 4-regular 4):
 #   complete (k = 5) | ring (k = 2) | regular, degree 4 (k = 4) | regular, degree 8 | small_world, degree 8, rewire 0.1
@@ -23,7 +26,7 @@ FEDCLUST=${FEDCLUST:-fedclust}
 export OUT THREADS EXTRA FEDCLUST
 . "$(dirname "$0")/sweep_lib.sh"
 
-METHODS=(panm_grad panm_loss pens random local)
+read -r -a METHODS <<< "${METHODS:-panm_grad panm_loss pens random local}"
 GRAPHS=("complete" "ring algorithm.k=2 network.graph=ring"
         "regular4 algorithm.k=4 network.graph=regular network.degree=4"
         "regular8 network.graph=regular network.degree=8"
@@ -37,6 +40,9 @@ case $SET in
   all) CONDS=("${GRAPHS[@]}" "${OFFLINE[@]}" "${ATTACK[@]}") ;;
   *) echo "SET must be graphs, offline, attack or all, got '$SET'" >&2; exit 2 ;;
 esac
+if [ -n "${ONLY:-}" ]; then   # ONLY="offline10 offline30": those conditions of the SET alone
+  kept=(); for c in "${CONDS[@]}"; do [[ " $ONLY " == *" ${c%% *} "* ]] && kept+=("$c"); done; CONDS=("${kept[@]}")
+fi
 
 run_one() {   # SEED METHOD CONDITION [KEY=VALUE ...]
   local s=$1 method=$2 cond=$3; shift 3
