@@ -9,6 +9,8 @@
 #
 #   SEEDS="0" OUT=runs/dynamics bash experiments/dynamics.sh       # both conditions, then the tables
 #   SET=drift bash experiments/dynamics.sh                          # (a) only; SET=join likewise
+#   SET=drift METHODS=panm_grad EXTRA=panm.hnm_alpha=0.5 OUT=runs/dynamics_hnm05 bash experiments/dynamics.sh
+#                                                                   # some methods (METHODS) with a key
 #
 # LANES runs at once (default 1; THREADS threads each, default 1 on a CPU, leaving the other core free); a run
 # whose summary.json exists is skipped and a stopped one continues from its newest checkpoint (the same command
@@ -24,7 +26,7 @@ FEDCLUST=${FEDCLUST:-fedclust}
 export OUT THREADS EXTRA FEDCLUST
 . "$(dirname "$0")/sweep_lib.sh"
 
-METHODS=(random oracle panm_grad panm_loss pens dac ifca dfca facade dpfl cobo)
+read -r -a METHODS <<< "${METHODS:-random oracle panm_grad panm_loss pens dac ifca dfca facade dpfl cobo}"
 DRIFT="drift data.drift_round=150 data.drift_fraction=0.25"
 JOIN="join network.join_round=150 network.join_fraction=0.25 network.join_init=initial"
 case $SET in
