@@ -18,7 +18,9 @@ accuracy (with the paper's number beside ours only where the setting is
 exactly the paper's: the PANM paper's Table 2 for Fashion-MNIST with 2
 rotations, the FPFC paper's Table 1 for Synthetic with 4 clusters),
 neighbour precision and recall, ARI and models received per client (blank
-where a label has none, e.g. ``local`` and ``fedavg`` have no neighbours).
+where a label has none, e.g. ``local`` and ``fedavg`` have no neighbours);
+``--metrics`` chooses others, e.g. ``best_test_accuracy`` (each client's
+best test round, read from metrics.jsonl, beside the paper's number too).
 The standard deviation is shown to its first significant digit at least,
 the mean to the same decimal place.  Markdown (default), LaTeX or tidy CSV;
 ``--curves`` draws the accuracy per round (``--metric``: the mean, the honest
@@ -703,7 +705,7 @@ def _paper_setting_text(key: Setting) -> str:
 
 
 def _caption(res: Results, metric: str) -> tuple[str, str]:
-    """The metric's title and, for final accuracy, where the paper column comes from."""
+    """The metric's title and, for an accuracy reading (PAPER_READINGS), where the paper column comes from."""
     sources = [f"{PAPER_SOURCES.get(k.data_setting, 'the paper')} for {res.header(k)}: {_paper_setting_text(k)}"
                for k in (res.paper_settings() if metric in PAPER_READINGS else [])]
     return METRICS[metric][0], (f"paper: {'; '.join(sources)}" if sources else "")
