@@ -63,8 +63,8 @@ METRICS = {
     "final_weighted_accuracy": ("Final accuracy, weighted by test examples (%)", 2),
     "best_validation_accuracy": ("Accuracy at each client's best-validation round (%)", 2),
     # read from metrics.jsonl: each client's highest test accuracy over the evaluated rounds, mean over clients (a
-    # client picking its round by its own test images: optimistic; the reading under which x/255 inputs come within
-    # half a point of the PANM paper's Table 2, docs/results_fmnist.md "The PANM offset")
+    # client picking its round by its own test images: optimistic; with x/255 inputs, the reading that comes within
+    # 0.61 of the PANM paper's Table 2 on 3 seeds: configs/fmnist_rotation2_unit.yaml, docs/results_fmnist.md)
     "best_test_accuracy": ("Mean of each client's best test accuracy over the rounds (%)", 2),
     "neighbor_precision": ("Neighbour precision", 3),
     "neighbor_recall": ("Neighbour recall", 3),
@@ -716,8 +716,9 @@ def markdown(res: Results, metrics=DEFAULT_METRICS) -> str:
            "says n=...); blank: the label has no such value there. A column header names what differs from the "
            "paper's setting (clients, rounds, train size, model) and what tells it apart from the other columns "
            "of its data set (the data file, data.options, a model of your own and its fingerprint); the paper's "
-           "number is shown only in the paper's own setting. `vs random`: the method's mean final accuracy minus "
-           "Random's in the same setting; `paper vs random`: the same difference of the paper's numbers."]
+           "number is shown only in the paper's own setting. `vs random`: the method's mean final accuracy (in "
+           "the best-test table, its best-test reading) minus Random's in the same setting; `paper vs random`: "
+           "the same difference of the paper's numbers."]
     for metric in metrics:
         if res.empty(metric):
             continue

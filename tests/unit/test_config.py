@@ -35,6 +35,17 @@ def test_fmnist_rotation2_is_the_paper_setting():
     assert (cfg.rounds, cfg.stage1_rounds) == (300, 100)
 
 
+def test_the_unit_preset_is_the_paper_setting_with_inputs_scaled_by_1_over_255():
+    """configs/fmnist_rotation2_unit.yaml (docs/results_fmnist.md, "The PANM offset") changes nothing of the paper's
+    setting but data.normalize."""
+    import dataclasses
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    paper, unit = load_config(root / "fmnist_rotation2.yaml"), load_config(root / "fmnist_rotation2_unit.yaml")
+    assert (paper.data.normalize, unit.data.normalize) == ("standard", "unit")
+    assert dataclasses.replace(unit, data=dataclasses.replace(unit.data, normalize="standard")) == paper
+
+
 def test_the_defaults_are_fmnist_rotation2_but_for_the_algorithm():
     """`fedclust bench-scale` and `bench-rounds` run the built-in defaults (so they work from any folder) and say
     these are configs/fmnist_rotation2.yaml's setting; they set the algorithm themselves."""
