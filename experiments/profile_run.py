@@ -45,6 +45,14 @@ METHODS = [   # (module, class, method, phase): the per-round calls on objects
 ]
 ROUND = "round"          # the whole of round_step
 AGGREGATE = "aggregate"  # the algorithm's aggregate, the similarity inside it included
+LABELS = [ROUND, "train", "gather", AGGREGATE, "similarity", "evaluate", "checkpoint", "records"]   # in print order
+
+
+def device_ms(e, name: str) -> float:
+    """An event's device time ``name`` (``device_time_total`` or ``self_device_time_total``; older torch calls it
+    cuda_...) in milliseconds; 0 without one."""
+    got = getattr(e, name, None)
+    return (got if got is not None else getattr(e, name.replace("device", "cuda"), 0.0)) / 1e3
 
 
 def labelled(fn, label: str):
@@ -98,17 +106,13 @@ def phase_split(events, rounds: int) -> dict:
     ``host`` (CPU time inside the range, children included) and ``device`` (kernels launched inside it); ``other``:
     the round's host time outside every phase; ``aggregate`` without its similarity."""
     by_key = {e.key: e for e in events}
-    labels = [ROUND, "train", "gather", AGGREGATE, "similarity", "evaluate", "checkpoint", "records"]
     out = {}
-    for label in labels:
+    for label in LABELS:
         e = by_key.get(label)
         if e is None:
             continue
-        device = getattr(e, "device_time_total", None)
-        if device is None:
-            device = getattr(e, "cuda_time_total", 0.0)
         out[label] = {"calls": e.count, "host_ms": e.cpu_time_total / 1e3 / rounds,
-                      "device_ms": device / 1e3 / rounds}
+                      "device_ms": device_ms(e, "device_time_total") / rounds}
     if AGGREGATE in out and "similarity" in out:
         for key in ("host_ms", "device_ms"):
             out[AGGREGATE][key + "_without_similarity"] = out[AGGREGATE][key] - out["similarity"][key]
@@ -120,17 +124,12 @@ def phase_split(events, rounds: int) -> dict:
 
 def top_operators(events, n: int = 15, device: bool = False) -> list[dict]:
     """The ``n`` operators of largest self time (on the device where ``device``), the phase labels left out."""
-    ours = {ROUND, AGGREGATE, "train", "gather", "similarity", "evaluate", "checkpoint", "records"}
+    def self_ms(e) -> float:
+        return device_ms(e, "self_device_time_total") if device else e.self_cpu_time_total / 1e3
 
-    def self_time(e):
-        if device:
-            got = getattr(e, "self_device_time_total", None)
-            return got if got is not None else getattr(e, "self_cuda_time_total", 0.0)
-        return e.self_cpu_time_total
-
-    rows = sorted((e for e in events if e.key not in ours and not e.key.startswith("ProfilerStep")),
-                  key=self_time, reverse=True)[:n]
-    return [{"operator": e.key, "calls": e.count, "self_ms": self_time(e) / 1e3} for e in rows]
+    rows = sorted((e for e in events if e.key not in LABELS and not e.key.startswith("ProfilerStep")),
+                  key=self_ms, reverse=True)[:n]
+    return [{"operator": e.key, "calls": e.count, "self_ms": self_ms(e)} for e in rows]
 
 
 def main(argv=None) -> int:
@@ -163,13 +162,13 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
         prof.step()
 
-    runner.add_round_end_hook(step)
+    remove = runner.add_round_end_hook(step)
     t0 = time.perf_counter()
     try:
         with phases(), prof:
             summary = runner.run(cfg, runner.prepare(cfg))
     finally:
-        runner._ROUND_END_HOOKS.remove(step)
+        remove()
     wall = time.perf_counter() - t0
     events = prof.key_averages()
     result = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,

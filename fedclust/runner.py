@@ -203,9 +203,11 @@ def fresh_state(setup: Setup) -> LoopState:
     return state
 
 
-def add_round_end_hook(hook: Callable[[Setup, LoopState, str], None]) -> None:
-    """Call ``hook(setup, state, run_dir)`` on every rank at the end of every round of every later run."""
+def add_round_end_hook(hook: Callable[[Setup, LoopState, str], None]) -> Callable[[], None]:
+    """Call ``hook(setup, state, run_dir)`` on every rank at the end of every round of every later run, until the
+    function returned is called."""
     _ROUND_END_HOOKS.append(hook)
+    return lambda: _ROUND_END_HOOKS.remove(hook)
 
 
 def run(cfg: Config, prepared: Prepared | None = None) -> dict:

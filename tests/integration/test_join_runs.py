@@ -130,12 +130,12 @@ def test_a_run_killed_before_or_after_the_join_resumes_to_the_same_records(tmp_p
             raise Killed
 
     cut = _cfg(tmp_path / "cut", "panm_grad", *args)
-    runner._ROUND_END_HOOKS.append(kill)
+    remove = runner.add_round_end_hook(kill)
     try:
         with pytest.raises(Killed):
             runner.run(cut, runner.prepare(cut))
     finally:
-        runner._ROUND_END_HOOKS.remove(kill)
+        remove()
     resumed = _cfg(tmp_path / "cut", "panm_grad", *args)
     assert runner.run(resumed, runner.prepare(resumed))["starts"] == 2
     assert _records(tmp_path / "cut" / "r") == _records(tmp_path / "whole" / "r")

@@ -27,7 +27,7 @@ from fedclust.dist import make_fabric
 from fedclust.errors import ConfigError
 from fedclust.export import evaluate_run
 from fedclust.metrics import drift_recovery
-from fedclust.runner import _ROUND_END_HOOKS, build, client_data, prepare, run
+from fedclust.runner import add_round_end_hook, build, client_data, prepare, run
 from fedclust.tracking import round_payload
 
 BASE = ["clients=8", "stage1_rounds=2", "algorithm.k=2", "algorithm.l=4", "progress=false", "figures=false",
@@ -234,12 +234,12 @@ def test_a_run_stopped_after_the_drift_round_resumes_to_the_same_records(root, t
             raise Killed
 
     cut = _cfg(root, *args, f"out={tmp_path / 'cut'}")
-    _ROUND_END_HOOKS.append(kill)
+    remove = add_round_end_hook(kill)
     try:
         with pytest.raises(Killed):
             run(cut, prepare(cut))
     finally:
-        _ROUND_END_HOOKS.remove(kill)
+        remove()
     resumed = _cfg(root, *args, f"out={tmp_path / 'cut'}")
     summary = run(resumed, prepare(resumed))
     assert summary["starts"] == 2

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedclust.config import load_config
-from fedclust.runner import _ROUND_END_HOOKS
+from fedclust.runner import add_round_end_hook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "golden"))
 from record import GOLDEN_OVERRIDES, run_on_one_thread  # noqa: E402
@@ -47,11 +47,11 @@ def test_the_run_ends_all_reduced_and_resumes_to_the_same_records(name, tmp_path
         if state.round == 4:
             held["models"], held["algo"] = state.flat.clone(), setup.algo
 
-    _ROUND_END_HOOKS.append(keep)
+    remove = add_round_end_hook(keep)
     try:
         run_on_one_thread(_cfg(name, tmp_path / "whole"))
     finally:
-        _ROUND_END_HOOKS.remove(keep)
+        remove()
     models, algo = held["models"], held["algo"]
     head = torch.zeros(models.shape[1], dtype=torch.bool)
     for a, b in (algo.head_columns if name == "deprl" else algo.columns):
@@ -63,12 +63,12 @@ def test_the_run_ends_all_reduced_and_resumes_to_the_same_records(name, tmp_path
                 raise Killed
 
         out = tmp_path / f"cut{kill_at}"
-        _ROUND_END_HOOKS.append(kill)
+        remove = add_round_end_hook(kill)
         try:
             with pytest.raises(Killed):
                 run_on_one_thread(_cfg(name, out))
         finally:
-            _ROUND_END_HOOKS.remove(kill)
+            remove()
         run_on_one_thread(_cfg(name, out))
         assert _records(out) == _records(tmp_path / "whole"), kill_at
 
@@ -89,9 +89,9 @@ def test_the_reported_accuracy_is_each_clients_head_of_lowest_test_loss(tmp_path
             best = losses.argmin(dim=1)
             got["accuracy"] = [round(100.0 * float(per_head[int(b)][0][i]), 2) for i, b in enumerate(best)]
 
-    _ROUND_END_HOOKS.append(score)
+    remove = add_round_end_hook(score)
     try:
         run_on_one_thread(_cfg("facade", tmp_path / "run"))
     finally:
-        _ROUND_END_HOOKS.remove(score)
+        remove()
     assert _records(tmp_path / "run")[-1]["client_accuracy"] == got["accuracy"]
