@@ -188,8 +188,8 @@ def check_run_dir(out: str | Path, overwrite: bool) -> None:
         entries = sorted(os.listdir(d))
     except OSError as exc:
         raise ConfigError("out", str(out), f"cannot be read ({exc.strerror}); choose another out=DIR") from None
-    if not entries or earlier_run(d, entries):
-        return
+    if not entries or earlier_run(d, entries) or (MARKER_NAME in entries and is_marked(d)):
+        return   # the marker's second look: another rank's RunLock may have marked ``d`` since the first
     names = [e + "/" if (d / e).is_dir() else e for e in entries]
     asked = " (overwrite=true replaces only a fedclust run)" if overwrite else ""
     raise ConfigError("out", str(out), f"is not a fedclust run directory (no {MARKER_NAME}, no config.yaml fedclust "

@@ -156,6 +156,29 @@ def test_the_lock_marks_the_directory_first(tmp_path):
     check_run_dir(d, overwrite=True)                             # a marked directory is fedclust's
 
 
+def test_a_directory_another_rank_marks_during_the_check_is_accepted(tmp_path, monkeypatch):
+    """Every rank checks ``out``; rank 0's RunLock may make it and write the marker and the config between another
+    rank's first look (no marker) and its listing: the listing's marker is looked at again, not refused as the
+    user's (the race a 2-process CI run hit)."""
+    import fedclust.outputs as outputs
+
+    d = tmp_path / "run"
+    d.mkdir()
+    listdir = os.listdir
+
+    def rank0_marks_first(path):
+        mark_run_dir(Path(path))
+        (Path(path) / "config.yaml").write_text("being written\n")
+        return listdir(path)
+
+    monkeypatch.setattr(outputs.os, "listdir", rank0_marks_first)
+    check_run_dir(d, overwrite=False)
+    (d / MARKER_NAME).unlink()                                  # a listing naming no marker is still refused
+    monkeypatch.setattr(outputs.os, "listdir", listdir)
+    with pytest.raises(ConfigError, match="not a fedclust run directory.*config.yaml"):
+        check_run_dir(d, overwrite=False)
+
+
 def fill(d: Path) -> None:
     """A marked run directory: every file a run writes, beside the user's own."""
     (d / "checkpoints").mkdir(parents=True)
