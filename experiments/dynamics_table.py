@@ -5,9 +5,11 @@
 Reads OUT/<drift|join>/<method>-s<seed>/{summary.json,metrics.jsonl} and prints, mean ± std over the seeds
 present, for drift: the final accuracy, the moved clients' accuracy before the drift (the mean of the 10 evaluated
 rounds before it) and over the 50 rounds after it, the rounds until they are back within 1 point (summary.json's
-``drift``), the neighbour precision against the current truth just before the drift and at the end, and where the
-moved clients' final lists point (neighbors.npz: the share of their entries in their new cluster and in their old
-one); for late
+``drift``), the neighbour precision and the ARI of the clusters found (a method's own assignment, or its lists'
+components) against the current truth just before the drift and at the end, and where the
+moved clients end (neighbors.npz: the share of their final list entries in their new cluster and in their old one;
+for a method with an assignment and no lists, the share assigned to the model their new, and their old, cluster's
+stayers mostly hold); for late
 joiners: the final accuracy, the joiners' and the incumbents' accuracy and precision over the rounds after the
 join (summary.json's ``join``) and the rounds until the joiners are within 1 point of the incumbents.  Writes
 one figure per condition beside the Markdown (docs/dynamics_drift.png, docs/dynamics_join.png).  A method with no
@@ -36,22 +38,38 @@ def runs(out: Path, cond: str, method: str) -> list[tuple[dict, list[dict], Path
 
 
 def moved_lists(folder: Path) -> tuple[float | None, float | None]:
-    """Of the moved clients' final neighbour lists (neighbors.npz), the share of entries in the client's current
-    cluster and the share in its cluster before the drift, percent (None: no lists, or nobody moved)."""
+    """Where the moved clients end (neighbors.npz), percent, as (with their new cluster, with their old one): for
+    a method with lists, the share of the moved clients' final list entries in the client's current cluster and in
+    its cluster before the drift; for a method with a cluster assignment and no lists (IFCA), the share of moved
+    clients assigned to the model most of their new cluster's clients that stayed hold, and to the one most of their
+    old cluster's stayers hold.  None: neither is saved, or nobody moved."""
     path = folder / "neighbors.npz"
     if not path.exists():
         return None, None
     import numpy as np
 
     z = np.load(path)
-    if "final_lists" not in z or "drift_clusters" not in z:
+    if "drift_clusters" not in z:
         return None, None
     first, last = z["drift_clusters"][0], z["drift_clusters"][-1]
-    entries = [(i, j) for i in np.nonzero(first != last)[0] for j in z["final_lists"][i] if j >= 0]
-    if not entries:
+    moved = np.nonzero(first != last)[0]
+    if "final_lists" in z:
+        entries = [(i, j) for i in moved for j in z["final_lists"][i] if j >= 0]
+        if not entries:
+            return None, None
+        now = sum(last[j] == last[i] for i, j in entries) / len(entries)
+        before = sum(first[j] == first[i] for i, j in entries) / len(entries)
+        return 100.0 * float(now), 100.0 * float(before)
+    if "assignment" not in z or not len(moved):
         return None, None
-    now = sum(last[j] == last[i] for i, j in entries) / len(entries)
-    before = sum(first[j] == first[i] for i, j in entries) / len(entries)
+    a, stayed = z["assignment"], first == last
+
+    def modal(cluster: int) -> int:
+        held = a[stayed & (last == cluster)]
+        return int(np.bincount(held).argmax()) if len(held) else -1
+
+    now = np.mean([a[i] == modal(last[i]) for i in moved])
+    before = np.mean([a[i] == modal(first[i]) for i in moved])
     return 100.0 * float(now), 100.0 * float(before)
 
 
@@ -83,6 +101,7 @@ def drift_row(summary: dict, records: list[dict], folder: Path) -> dict:
             "after": event["accuracy_after"], "recover": None if back is None else float(back),
             "never": back is None, "prec_before": percent(at(records, "neighbor_precision", t - 1)),
             "prec_end": percent(summary.get("neighbor_precision")),
+            "ari_before": at(records, "ari", t - 1), "ari_end": summary.get("ari"),
             **dict(zip(("lists_now", "lists_before"), moved_lists(folder), strict=True))}
 
 
@@ -98,8 +117,9 @@ def join_row(summary: dict, records: list[dict], folder: Path) -> dict:
 COLUMNS = {
     "drift": [("final", "final accuracy"), ("pre", "moved: before"), ("after", "moved: 50 rounds after"),
               ("recover", "moved: rounds to recover"), ("prec_before", "precision before"),
-              ("prec_end", "precision at the end"), ("lists_now", "moved: lists in their new cluster"),
-              ("lists_before", "moved: lists in their old cluster")],
+              ("prec_end", "precision at the end"), ("ari_before", "ARI before"), ("ari_end", "ARI at the end"),
+              ("lists_now", "moved: with their new cluster"),
+              ("lists_before", "moved: with their old cluster")],
     "join": [("final", "final accuracy"), ("joiner", "joiners after"), ("incumbent", "incumbents after"),
              ("joiner_prec", "joiners' precision"), ("incumbent_prec", "incumbents' precision"),
              ("catch_up", "rounds to catch up")],

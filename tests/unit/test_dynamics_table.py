@@ -19,10 +19,11 @@ def write_run(d: Path, summary: dict, records: list[dict]) -> None:
 
 def drift_run(d: Path, final: float, before: list[float], back: int | None) -> None:
     records = [{"round": t, "accuracy": 50.0, "neighbor_precision": 0.5 if t < 150 else 0.75,
+                "ari": 0.25 if t < 149 else 0.4 if t == 149 else 0.1,
                 "drift_moved_accuracy": [before[t - 140] if 140 <= t < 150 else 30.0]} for t in range(1, 201)]
     event = {"round": 150, "moved": 28, "pre_accuracy": before[-1], "recovery_rounds": back,
              "recovered": back is not None, "accuracy_after": 60.0}
-    write_run(d, {"final_accuracy": final, "neighbor_precision": 0.8, "drift": [event]}, records)
+    write_run(d, {"final_accuracy": final, "neighbor_precision": 0.8, "ari": 0.9, "drift": [event]}, records)
 
 
 def test_drift_rows_read_the_summary_and_the_ten_rounds_before(tmp_path):
@@ -32,9 +33,10 @@ def test_drift_rows_read_the_summary_and_the_ten_rounds_before(tmp_path):
     lines = table.table(out, "drift")
     row = next(x for x in lines if x.startswith("| dac |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # final 81 ± 1.41; before 75.5 ± 1.41; after 60; recover 12 (one seed never); precision 50 before, 80 at the end
+    # final 81 ± 1.41; before 75.5 ± 1.41; after 60; recover 12 (one seed never); precision 50 before, 80 at the
+    # end; ARI at round 149 (0.40) and the summary's (0.90)
     assert cells == ["dac", "2", "81.00 ± 1.41", "75.50 ± 1.41", "60.00 ± 0.00", "12 (never in 1)", "50.00 ± 0.00",
-                     "80.00 ± 0.00", "-", "-"]                               # no neighbors.npz: no list columns
+                     "80.00 ± 0.00", "0.40 ± 0.00", "0.90 ± 0.00", "-", "-"]   # no neighbors.npz: no list columns
     assert next(x for x in lines if x.startswith("| oracle |")).count("-") >= 6   # no run: dashes
 
 
@@ -64,3 +66,21 @@ def test_moved_clients_lists_by_hand(tmp_path):
     assert [c.strip() for c in row.strip("|").split("|")][-2:] == ["33.33", "66.67"]
     np.savez(out / "drift" / "panm_grad-s0" / "neighbors.npz", clusters=np.zeros(4))   # a method without lists
     assert table.moved_lists(out / "drift" / "panm_grad-s0") == (None, None)
+
+
+def test_moved_clients_assignment_by_hand(tmp_path):
+    """A method with an assignment and no lists (IFCA): clients 0-5 in clusters 0, 0, 0, 1, 1, 1; clients 0 and 3
+    swap. The stayers of cluster 0 (clients 1, 2) hold model 2, those of cluster 1 (4, 5) model 1. Client
+    0 (now in 1) holds model 1: with its new cluster; client 3 (now in 0) holds model 1: with its old cluster. So
+    50% with the new cluster, 50% with the old."""
+    import numpy as np
+
+    table, out = experiment("dynamics_table"), tmp_path
+    d = out / "drift" / "ifca-s0"
+    drift_run(d, 80.0, [70.0] * 10, 0)
+    np.savez(d / "neighbors.npz", drift_clusters=np.array([[0, 0, 0, 1, 1, 1], [1, 0, 0, 0, 1, 1]]),
+             assignment=np.array([1, 2, 2, 1, 1, 1]))
+    assert table.moved_lists(d) == pytest.approx((50.0, 50.0))
+    np.savez(d / "neighbors.npz", drift_clusters=np.array([[0, 0, 0, 1, 1, 1], [1, 0, 0, 0, 1, 1]]),
+             assignment=np.array([1, 2, 2, 2, 1, 1]))                  # both follow their new cluster
+    assert table.moved_lists(d) == pytest.approx((100.0, 0.0))
