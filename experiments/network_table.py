@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path)
     p.add_argument("--docs", type=Path, default=Path("docs"))
     args = p.parse_args(argv)
+    args.docs.mkdir(parents=True, exist_ok=True)
     lines = []
     for group, conds in GROUPS.items():
         fields = ["final_accuracy", "neighbor_precision", "worst_cluster_accuracy"]
