@@ -221,9 +221,10 @@ def one_and_two_runs(inputs: Path, nproc: int) -> dict[str, list[str]]:
     runs["join/panm_grad"] = [*join, "network.join_round=5", "algorithm.name=panm_grad", "network.join_init=peer",
                               "network.p_offline=0.2"]
     runs["join/dfca"] = [*join, "network.join_round=4", "algorithm.name=dfca"]
-    # tests/integration/test_network_runs.py: PANM's stage one keeping silent previous neighbours under churn
+    # tests/integration/test_network_runs.py: PANM's stage one dropping silent previous neighbours under churn (the
+    # rule before keep became the default; the fault runs above keep them)
     runs["silent/panm_grad"] = [*GOLDEN_OVERRIDES, "algorithm.name=panm_grad", "network.p_offline=0.3",
-                                "network.p_drop=0.2", "panm.silent_neighbours=keep"]
+                                "network.p_drop=0.2", "panm.silent_neighbours=drop"]
     # tests/integration/test_exchange_runs.py: with a 0.1 MB exchange budget (dozens of blocks a pass) and without
     for name in EXCHANGE_RUNS:
         extra = ["participation=0.5"] if name in ("fedavg", "ifca") else []

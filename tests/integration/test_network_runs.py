@@ -84,7 +84,7 @@ def test_runs_under_faults_are_identical_on_one_and_two_processes(one_and_two, n
 
 
 @pytest.mark.xdist_group("one_and_two")   # launched with the other 1-and-2-process runs (conftest.py)
-def test_panm_keeping_silent_neighbours_is_identical_on_one_and_two_processes(one_and_two):
+def test_panm_dropping_silent_neighbours_is_identical_on_one_and_two_processes(one_and_two):
     from test_resume import assert_same_run
 
     assert_same_run(one_and_two[1] / "silent" / "panm_grad", one_and_two[2] / "silent" / "panm_grad")

@@ -470,3 +470,15 @@ def test_panm_stage_one_keeps_a_silent_previous_neighbour_with_keep_and_not_with
                 assert len(now) <= k, (rule, t, i)
         if rule == "keep":
             assert kept > 0   # the case arose
+
+
+def test_keep_is_the_default_and_a_run_written_before_the_key_reads_drop():
+    """The default is keep (docs/results_network.md: PANM's lists stay pure under churn); a config written before
+    the key existed (a checkpoint's, a run directory's) reads drop, the rule that run was made with."""
+    from fedclust.config import Config
+    from fedclust.upgrade import config as upgraded
+
+    assert Config().panm.silent_neighbours == "keep"
+    assert upgraded({"algorithm": {"name": "panm_grad"}, "panm": {"tau": 1}})["panm.silent_neighbours"] == "drop"
+    written = {"algorithm": {"name": "panm_grad"}, "panm": {"silent_neighbours": "keep"}}
+    assert upgraded(written)["panm.silent_neighbours"] == "keep"
