@@ -85,8 +85,7 @@ class PanmConfig:
             "list stays pure) and the other places go to the best answers. `drop` lets churn bring the "
             "cluster rotated 180° into the lists: at 10-50% offline PANM's final precision is 49-74% with "
             "`drop` and 100% with `keep`, its accuracy higher (`docs/results_network.md`). A run written before "
-            "the key existed reads `drop`, the behaviour it ran "
-            "with. No effect without lost models"))
+            "the key existed reads `drop`, the behaviour it ran with. No effect without lost models"))
 
     empty_list: EmptyList = option(
         "fill", "stage two: a client whose list is empty (a late joiner, network.join_round after T1) takes the top "
