@@ -143,6 +143,12 @@ def table(out: Path, cond: str) -> list[str]:
     return lines
 
 
+def style(i: int) -> dict:
+    """The i-th method's line, the same in every panel (a panel without the method's series skips it, so the
+    axes' own colour cycles would disagree): tab10's ten colours, then again dashed."""
+    return {"color": f"C{i % 10}", "linestyle": "-" if i < 10 else "--"}
+
+
 def figure(out: Path, cond: str, path: Path) -> bool:
     import matplotlib
 
@@ -156,7 +162,7 @@ def figure(out: Path, cond: str, path: Path) -> bool:
                        ("joiner_neighbor_precision", "the joiners' neighbour precision (%)")]}[cond]
     fig, axes = plt.subplots(1, len(series), figsize=(13, 3.6))
     drawn = False
-    for m in METHODS:
+    for i, m in enumerate(METHODS):
         found = runs(out, cond, m)
         if not found:
             continue
@@ -165,7 +171,7 @@ def figure(out: Path, cond: str, path: Path) -> bool:
             pts = [(r["round"], r[field][0] if isinstance(r.get(field), list) else r.get(field)) for r in records]
             pts = [(x, y * (100.0 if "precision" in field else 1.0)) for x, y in pts if y is not None]
             if pts:
-                ax.plot(*zip(*pts, strict=True), label=m, linewidth=0.9)
+                ax.plot(*zip(*pts, strict=True), label=m, linewidth=0.9, **style(i))
                 drawn = True
     for ax, (_, title) in zip(axes, series, strict=True):
         ax.set_title(title, fontsize=9)

@@ -84,3 +84,26 @@ def test_moved_clients_assignment_by_hand(tmp_path):
     np.savez(d / "neighbors.npz", drift_clusters=np.array([[0, 0, 0, 1, 1, 1], [1, 0, 0, 0, 1, 1]]),
              assignment=np.array([1, 2, 2, 2, 1, 1]))                  # both follow their new cluster
     assert table.moved_lists(d) == pytest.approx((100.0, 0.0))
+
+
+def test_a_method_keeps_its_colour_in_every_panel(tmp_path, monkeypatch):
+    """A method without lists (IFCA: no precision) is absent from the third panel; the methods after it keep
+    their colour there (the axes' own colour cycle would shift them by one)."""
+    table, out = experiment("dynamics_table"), tmp_path
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for m, precision in (("random", 0.25), ("ifca", None), ("dfca", 1.0)):
+        records = [{"round": t, "accuracy": 50.0, "joiner_accuracy": 40.0, "joiner_neighbor_precision": precision}
+                   for t in range(1, 5)]
+        write_run(out / "join" / f"{m}-s0", {"final_accuracy": 50.0}, records)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)   # keep the figure to read its lines
+    assert table.figure(out, "join", tmp_path / "join.png")
+    axes = figures[0].axes
+    colour = [{line.get_label(): line.get_color() for line in ax.get_lines() if not line.get_label().startswith("_")}
+              for ax in axes]
+    order = table.METHODS
+    assert colour[0] == colour[1] == {"random": f"C{order.index('random')}", "ifca": f"C{order.index('ifca')}",
+                                      "dfca": f"C{order.index('dfca')}"}
+    assert colour[2] == {"random": colour[0]["random"], "dfca": colour[0]["dfca"]}
