@@ -49,5 +49,6 @@ mkdir -p "$OUT"
 preflight configs/fmnist_rotation2.yaml data.num_clusters=4 $PER
 for s in $SEEDS; do for cond in "${CONDS[@]}"; do for m in "${METHODS[@]}"; do echo "$s $m $cond $PER"; done; done; done \
   | xargs -P "$LANES" -L 1 bash -c 'run_one "$@"' _
-python3 experiments/dynamics_table.py "$OUT" --docs "$OUT" > "$OUT/table.md"   # figures beside it; the page's: --docs docs
+# figures beside the table; the page's: --docs docs
+python3 experiments/dynamics_table.py "$OUT" --docs "$OUT" > "$OUT/table.md"
 echo "tables: $OUT/table.md"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 34's results: PANMGrad, PANMLoss, PENS, Random and Local on Fashion-MNIST with 4 rotations
 # (configs/fmnist_rotation2.yaml with data.num_clusters=4: n = 100, 200 images, 300 rounds, T1 = 100) under
-# (i) communication graphs, (ii) clients offline, (iii) sign-flip attackers; then the tables and figures into OUT (OUT/table.md; the page's figures:
-# python3 experiments/network_table.py OUT, which writes docs/network_*.png).
+# (i) communication graphs, (ii) clients offline, (iii) sign-flip attackers; then the tables and figures into OUT
+# (OUT/table.md; the page's figures: python3 experiments/network_table.py OUT, which writes docs/network_*.png).
 #
 #   SEEDS="0" OUT=runs/network bash experiments/network_conditions.sh
 #   SET=graphs bash experiments/network_conditions.sh      # only (i); SET=offline, SET=attack likewise
@@ -54,4 +54,5 @@ export -f run_one
 mkdir -p "$OUT"
 for s in $SEEDS; do for cond in "${CONDS[@]}"; do for m in "${METHODS[@]}"; do echo "$s $m $cond"; done; done; done \
   | xargs -P "$LANES" -L 1 bash -c 'run_one "$@"' _
-python3 experiments/network_table.py "$OUT" --docs "$OUT" > "$OUT/table.md"   # figures beside it; the page's: --docs docs
+# figures beside the table; the page's: --docs docs
+python3 experiments/network_table.py "$OUT" --docs "$OUT" > "$OUT/table.md"
