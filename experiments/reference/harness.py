@@ -107,6 +107,7 @@ EXTRA = {
     "deprl_head3": ("deprl", ["algorithm.name=deprl", f"deprl.degree={DEGREE}"]),   # head_epochs=3 (GYan58)
     # issue 46 part 2's keys for the other departures, each beside the reference row it moves towards
     "dac_per_client": ("dac", [*FEDCLUST["dac"], "train.init=per_client"]),        # each node its own init
+    "dpsgd_per_client": ("dpsgd", [*FEDCLUST["dpsgd"], "train.init=per_client"]),
     "deprl_per_client": ("deprl", [*FEDCLUST["deprl"], "train.init=per_client"]),
     "facade_per_client": ("facade", [*FEDCLUST["facade"], "train.init=per_client"]),
     "deprl_all_reduce": ("deprl", [*FEDCLUST["deprl"], "deprl.final_allreduce=true"]),   # the fork's last step
